@@ -1,0 +1,1 @@
+"""Verifiable rewards: math answer verification and sandboxed code judging, behind one batch API."""
