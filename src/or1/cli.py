@@ -1,0 +1,75 @@
+"""The `or1` command line: each command is a thin call into the module that does the work."""
+
+from __future__ import annotations
+
+import functools
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+from rich.console import Console
+from rich.table import Table
+
+from or1.errors import UserError
+
+app = typer.Typer(
+    help="or1: Skywork-OR1 reasoning RL end to end: prepare data, train in stages, score, evaluate.",
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_enable=False,
+)
+config_app = typer.Typer(help="Inspect recipes.", no_args_is_help=True)
+app.add_typer(config_app, name="config")
+err_console = Console(stderr=True)
+
+
+def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
+    """Turn a UserError into one red line and exit code 2; bugs keep their traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return fn(*args, **kwargs)
+        except UserError as err:
+            err_console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+            raise typer.Exit(2) from None
+
+    return wrapper
+
+
+RecipeOpt = Annotated[str, typer.Option("--recipe", "-r", help="Recipe YAML path or name in stages/.")]
+SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a config key: section.key=value.")]
+
+
+@config_app.command("show")
+@user_errors
+def config_show(
+    recipe: RecipeOpt,
+    stage: Annotated[str, typer.Option("--stage", "-s", help="Stage number (1-based) or name.")] = "1",
+    overrides: SetOpt = None,
+) -> None:
+    """Print the fully resolved config of one stage of a recipe."""
+    from or1.config.loading import dump, resolve
+
+    sys.stdout.write(dump(resolve(recipe, stage, overrides or [])))
+
+
+@app.command()
+def doctor() -> None:
+    """Report Python, torch, CUDA, vLLM, Ray, bubblewrap and Docker, and what each means for or1."""
+    from or1.doctor import run_checks
+
+    table = Table("component", "status", "found", "what it is for")
+    for check in run_checks():
+        table.add_row(check.name, "[green]ok[/green]" if check.ok else "[yellow]missing[/yellow]", check.found, check.meaning)
+    Console().print(table)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()

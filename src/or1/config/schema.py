@@ -1,0 +1,169 @@
+"""The typed recipe: every knob of an or1 run, documented where it is declared.
+
+A recipe file holds these sections once (shared by all stages) plus an ordered list of stages, each of which
+overrides a few fields. Unknown keys are errors: a typo must never silently fall back to a default.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class Section(BaseModel):
+    """Base of every config section: strict about unknown keys, checks values on assignment too."""
+
+    model_config = ConfigDict(extra="forbid", validate_assignment=True)
+
+
+class ModelConfig(Section):
+    path: str = Field(description="Hugging Face hub id or local HF model folder of the policy to start from.")
+    dtype: Literal["float32", "bfloat16", "float16"] = Field(
+        "bfloat16", description="Parameter dtype for training and rollout (float32 on CPU)."
+    )
+    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    trust_remote_code: bool = False
+
+
+class ValidationConfig(Section):
+    sets: list[str] = Field(
+        default_factory=list,
+        description="Validation sets: benchmark names (aime24, aime25, ...) or paths to or1-row files.",
+    )
+    every: int = Field(20, ge=0, description="Validate every this many steps (0: only at the end of a stage).")
+    n: int = Field(8, ge=1, description="Samples per problem; reported as avg@n.")
+    temperatures: list[float] = Field(default_factory=lambda: [0.6, 1.0])
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_problems: int | None = Field(None, ge=1, description="Use only the first N problems of each set.")
+
+
+class DataConfig(Section):
+    train_files: list[str] = Field(description="or1-row parquet / jsonl files or hub ids making the training set.")
+    max_prompt_length: int = Field(2048, ge=1, description="Prompts longer than this (in tokens) are dropped.")
+    shuffle: bool = True
+    validation: ValidationConfig = Field(default_factory=ValidationConfig)
+
+
+class RolloutConfig(Section):
+    engine: Literal["hf", "vllm"] = Field("hf", description="hf: Hugging Face generate (CPU, tests); vllm: GPU.")
+    n: int = Field(16, ge=1, description="Group size: responses sampled per prompt.")
+    temperature: float = Field(1.0, ge=0, description="1.0 in the paper; at 0.6 entropy collapsed in ~100 steps.")
+    top_p: float = Field(1.0, gt=0, le=1)
+    max_response_length: int = Field(8192, ge=1, description="Response token budget; truncated answers score 0.")
+    micro_batch_size: int = Field(64, ge=1, description="Sequences generated at once per worker (hf engine).")
+    tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor parallelism (GPU path).")
+    gpu_memory_utilization: float = Field(0.6, gt=0, le=1, description="vLLM KV-cache share of GPU memory.")
+
+
+class ActorConfig(Section):
+    lr: float = Field(1e-6, gt=0, description="AdamW learning rate, constant.")
+    weight_decay: float = Field(0.0, ge=0)
+    betas: tuple[float, float] = (0.9, 0.999)
+    warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
+    grad_clip: float = Field(1.0, gt=0, description="Max global gradient norm.")
+    ppo_mini_batch_size: int = Field(256, ge=1, description="Prompts per SGD step; = batch size is on-policy.")
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each batch; 2-4 sped up entropy collapse.")
+    micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward (gradient accumulation).")
+    clip_ratio_low: float = Field(0.2, ge=0, description="PPO clip epsilon below 1.")
+    clip_ratio_high: float = Field(0.2, ge=0, description="PPO clip epsilon above 1 (clip-higher: 0.25-0.265).")
+    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field(
+        "token-mean", description="token-mean: sum of token losses over the batch / response tokens."
+    )
+    offload: bool = Field(False, description="Offload FSDP parameters and optimizer to CPU between phases (GPU).")
+    sequence_parallel_size: int = Field(1, ge=1, description="Ulysses sequence parallelism (GPU path).")
+
+
+class EntropyControlConfig(Section):
+    """Adaptive entropy control (MAGIC): the coefficient rises while entropy is below target."""
+
+    mode: Literal["adaptive", "fixed", "off"] = "adaptive"
+    target: float = Field(0.2, gt=0, description="Target entropy (mean negative log-prob of sampled tokens).")
+    delta: float = Field(0.005, ge=0, description="Coefficient step per training step (repository: 0.0001).")
+    init_coef: float = Field(0.0, ge=0)
+    min_coef: float = Field(0.0, ge=0)
+    max_coef: float | None = Field(None, ge=0, description="Upper clamp (paper: none; repository: 0.005).")
+    fixed_coef: float = Field(0.0, ge=0, description="Coefficient when mode is fixed.")
+
+
+class KLConfig(Section):
+    enabled: bool = Field(False, description="Skywork uses no KL and loads no reference model.")
+    coef: float = Field(1e-3, ge=0)
+    kind: Literal["k1", "k2", "k3"] = "k3"
+    in_reward: bool = Field(False, description="Subtract the KL from the reward instead of adding a loss term.")
+
+
+class AlgorithmConfig(Section):
+    advantage: Literal["grpo", "rloo", "gae"] = "grpo"
+    norm_adv_by_std: bool = Field(True, description="GRPO: divide by the group's reward std (+1e-6).")
+    gamma: float = Field(1.0, ge=0, le=1, description="GAE discount.")
+    lam: float = Field(1.0, ge=0, le=1, description="GAE lambda.")
+    rejection_sampling: bool = Field(True, description="Drop groups whose rewards are all equal.")
+    refill: bool = Field(False, description="DAPO-style: sample more prompts until the batch is full again.")
+    max_refill_rounds: int = Field(3, ge=0, description="Extra sampling rounds per step when refilling.")
+    truncated: Literal["zero_reward", "mask"] = Field(
+        "zero_reward", description="zero_reward: truncated responses score 0; mask: excluded from the loss."
+    )
+    online_filter: bool = Field(True, description="Drop prompts the previous stage solved every time.")
+    online_filter_threshold: float = Field(
+        1.0, gt=0, le=1, description="Drop a prompt when its solve rate over the previous stage is >= this."
+    )
+    entropy: EntropyControlConfig = Field(default_factory=EntropyControlConfig)
+    kl: KLConfig = Field(default_factory=KLConfig)
+
+
+class RewardConfig(Section):
+    workers: int = Field(2, ge=1, description="Parallel verifier processes / sandbox slots.")
+    math_timeout: float = Field(5.0, gt=0, description="Seconds per math verification (hard, process-killed).")
+    code_timeout: float = Field(6.0, gt=0, description="Seconds per code test.")
+    code_backend: Literal["local", "docker"] = "local"
+
+
+class TrainerConfig(Section):
+    batch_size: int = Field(256, ge=1, description="Prompts per training step (before rejection sampling).")
+    steps: int | None = Field(
+        None, ge=1, description="Training steps in this stage; None when the source gives none (pass --set)."
+    )
+    nnodes: int = Field(1, ge=1)
+    devices_per_node: int = Field(8, ge=1, description="GPUs per node, or CPU data-parallel ranks on CPU.")
+    device: Literal["auto", "cpu", "cuda"] = "auto"
+    save_every: int = Field(20, ge=1, description="Checkpoint every this many steps (and at the stage's end).")
+    keep_checkpoints: int = Field(2, ge=1, description="Keep the newest K checkpoints.")
+    seed: int = 0
+    loggers: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(default_factory=lambda: ["jsonl", "tensorboard"])
+    threads_per_worker: int | None = Field(None, ge=1, description="torch threads per worker process (CPU).")
+
+
+class StageInfo(Section):
+    """Which stage of the recipe a resolved config describes."""
+
+    index: int = Field(ge=1, description="1-based stage number.")
+    name: str
+    start_step: int = Field(0, ge=0, description="Global step at which this stage begins (the sum of earlier stages).")
+
+
+class RunConfig(Section):
+    """The fully resolved configuration of one stage: what `or1 train --stage N` runs."""
+
+    recipe: str = Field(description="Recipe name.")
+    stage: StageInfo
+    model: ModelConfig
+    data: DataConfig
+    rollout: RolloutConfig = Field(default_factory=RolloutConfig)
+    actor: ActorConfig = Field(default_factory=ActorConfig)
+    algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
+    reward: RewardConfig = Field(default_factory=RewardConfig)
+    trainer: TrainerConfig = Field(default_factory=TrainerConfig)
+
+    @model_validator(mode="after")
+    def _check_batch_shapes(self) -> RunConfig:
+        if self.actor.ppo_mini_batch_size > self.trainer.batch_size:
+            raise ValueError(
+                f"actor.ppo_mini_batch_size ({self.actor.ppo_mini_batch_size}) exceeds "
+                f"trainer.batch_size ({self.trainer.batch_size})"
+            )
+        return self
+
+    @property
+    def world_size(self) -> int:
+        return self.trainer.nnodes * self.trainer.devices_per_node

@@ -1,0 +1,96 @@
+"""The tiny world's data: or1 rows of synthetic math and code tasks, deterministic from a seed, fully offline.
+
+Validation sets are fixed (independent of the seed) and disjoint from every train set, so solve rates from
+different runs compare. The generators themselves live in synthetic_math.py and synthetic_code.py.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from or1.data.schema import write_rows
+from or1.data.synthetic_code import code_row, code_tasks
+from or1.data.synthetic_math import (
+    VALIDATION_OPS,
+    ArithmeticProblem,
+    distinct_problems,
+    math_row,
+    validation_problems,
+)
+from or1.errors import UserError
+
+CODE_VALIDATION_SEED = 271828  # fixed for the same reason as the math validation set
+RL_OPS = VALIDATION_OPS  # 2-operand problems are solved almost always after SFT: no RL signal (TINY.md)
+
+
+@dataclass(frozen=True)
+class TinyDataset:
+    """Where write_tiny_dataset put each split."""
+
+    train: Path
+    validation: Path
+    code_train: Path
+    code_validation: Path
+
+
+def math_validation_rows() -> list[dict]:
+    """The fixed math validation split as or1 rows (50 problems per operand count, 3..6 operands)."""
+    return [math_row(p, i, "validation") for i, p in enumerate(validation_problems())]
+
+
+def math_train_rows(seed: int, size: int, ops: Sequence[int] = RL_OPS) -> list[dict]:
+    """`size` distinct math train rows, none in the validation split."""
+    problems: list[ArithmeticProblem] = distinct_problems(seed, size, ops)
+    return [math_row(p, i, "train") for i, p in enumerate(problems)]
+
+
+def write_tiny_dataset(
+    out_dir: str | Path,
+    seed: int = 0,
+    *,
+    math_train_size: int = 2000,
+    code_train_size: int = 100,
+    code_validation_size: int = 25,
+    train_ops: Sequence[int] = RL_OPS,
+    console: Console | None = None,
+) -> TinyDataset:
+    """Write the tiny world's four parquet files into `out_dir` and print what was written.
+
+    train.parquet / validation.parquet hold math rows (validation: the fixed 200-problem held-out set with 3..6
+    operands); code_train.parquet / code_validation.parquet hold stdin/stdout code tasks with real tests.
+    The same seed gives byte-identical rows. Raises UserError for sizes the generators cannot meet.
+    """
+    if min(math_train_size, code_train_size, code_validation_size) < 1:
+        raise UserError("Every tiny dataset size must be at least 1; fix the size option.")
+    if not train_ops or min(train_ops) < 2 or max(train_ops) > 8:
+        raise UserError(f"train_ops must be operand counts between 2 and 8, got {list(train_ops)}.")
+    out = Path(out_dir)
+    try:
+        train = math_train_rows(seed, math_train_size, train_ops)
+        code_val_tasks = code_tasks(CODE_VALIDATION_SEED, code_validation_size)
+        code_train_tasks = code_tasks(seed, code_train_size, exclude={t.key for t in code_val_tasks})
+    except ValueError as err:
+        raise UserError(f"Cannot build the tiny dataset: {err}.") from None
+    splits = {
+        "train": train,
+        "validation": math_validation_rows(),
+        "code_train": [code_row(t, i, "train") for i, t in enumerate(code_train_tasks)],
+        "code_validation": [code_row(t, i, "validation") for i, t in enumerate(code_val_tasks)],
+    }
+    paths = {name: write_rows(out / f"{name}.parquet", rows) for name, rows in splits.items()}
+    _print_summary(console or Console(), paths, splits)
+    return TinyDataset(**paths)
+
+
+def _print_summary(console: Console, paths: dict[str, Path], splits: dict[str, list[dict]]) -> None:
+    table = Table(title="tiny dataset")
+    for column in ("split", "rows", "file"):
+        table.add_column(column)
+    for name, rows in splits.items():
+        table.add_row(name, str(len(rows)), str(paths[name]))
+    console.print(table)

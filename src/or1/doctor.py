@@ -1,0 +1,72 @@
+"""`or1 doctor`: what this machine can run, and what each missing piece means."""
+
+from __future__ import annotations
+
+import importlib
+import os
+import platform
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Check:
+    name: str
+    ok: bool
+    found: str
+    meaning: str
+
+
+def _version(module: str) -> str | None:
+    try:
+        return getattr(importlib.import_module(module), "__version__", "installed")
+    except Exception:  # noqa: BLE001 - any import failure means "not usable here"
+        return None
+
+
+def _bwrap_works() -> tuple[bool, str]:
+    path = shutil.which("bwrap")
+    if not path:
+        return False, "not installed"
+    probe = subprocess.run(
+        [path, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"], capture_output=True, timeout=20
+    )
+    return probe.returncode == 0, path if probe.returncode == 0 else f"{path} (fails: {probe.stderr.decode()[:80].strip()})"
+
+
+def _docker_engine() -> tuple[bool, str]:
+    try:
+        import docker
+
+        client = docker.from_env(timeout=3)
+        version = client.version().get("Version", "?")
+        return True, f"engine {version} at {os.environ.get('DOCKER_HOST', 'the default socket')}"
+    except Exception as err:  # noqa: BLE001 - unreachable engine, missing SDK, bad DOCKER_HOST alike
+        return False, f"no engine reachable ({type(err).__name__})"
+
+
+def run_checks() -> list[Check]:
+    """Inspect the environment; never raises."""
+    checks = [Check("python", sys.version_info >= (3, 10), platform.python_version(), "or1 needs Python 3.10 or newer")]
+    torch_version = _version("torch")
+    checks.append(Check("torch", torch_version is not None, torch_version or "missing", "training and the HF rollout"))
+    cuda = "no"
+    if torch_version:
+        import torch
+
+        if torch.cuda.is_available():
+            cuda = f"{torch.version.cuda}, {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
+    checks.append(Check("cuda", cuda != "no", cuda, "GPU recipes need CUDA; without it only CPU recipes (tiny) run"))
+    vllm = _version("vllm")
+    checks.append(Check("vllm", vllm is not None, vllm or "missing", "rollout.engine=vllm (GPU); install or1[vllm]"))
+    ray = _version("ray")
+    checks.append(Check("ray", ray is not None, ray or "missing", "worker groups for every `or1 train`"))
+    math_verify = _version("math_verify")
+    checks.append(Check("math-verify", math_verify is not None, math_verify or "missing", "the math reward"))
+    ok, found = _bwrap_works()
+    checks.append(Check("bubblewrap", ok, found, "local sandbox for code rewards (apt-get install bubblewrap)"))
+    ok, found = _docker_engine()
+    checks.append(Check("docker", ok, found, "optional docker sandbox backend (set DOCKER_HOST to any Docker-API engine)"))
+    return checks
