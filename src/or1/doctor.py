@@ -60,7 +60,7 @@ def run_checks() -> list[Check]:
             cuda = f"{torch.version.cuda}, {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
     checks.append(Check("cuda", cuda != "no", cuda, "GPU recipes need CUDA; without it only CPU recipes (tiny) run"))
     vllm = _version("vllm")
-    checks.append(Check("vllm", vllm is not None, vllm or "missing", "rollout.engine=vllm (GPU); install or1[vllm]"))
+    checks.append(Check("vllm", vllm is not None, vllm or "missing", "rollout.engine=vllm (GPU); install the vllm extra"))
     ray = _version("ray")
     checks.append(Check("ray", ray is not None, ray or "missing", "worker groups for every `or1 train`"))
     math_verify = _version("math_verify")

@@ -1,0 +1,1 @@
+"""Tests of or1.algos (a package so their basenames cannot clash with other test folders)."""
