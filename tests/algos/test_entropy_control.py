@@ -65,7 +65,7 @@ def test_repository_timing_switches_on_the_previous_estimate():
     #   3  0.25  on                     0.010    0.005     (paper timing: 0)
     #   4  0.12  off                    0        0.010     (paper timing: 0.005)
     seq = [0.30, 0.15, 0.10, 0.25, 0.12]
-    repo = AdaptiveEntropyController.from_config(EntropyControlConfig(), timing="repository")
+    repo = AdaptiveEntropyController.from_config(EntropyControlConfig(timing="repository"))
     paper = AdaptiveEntropyController.from_config(EntropyControlConfig())
     repo_alphas, repo_coefs = run(repo, seq)
     paper_alphas, paper_coefs = run(paper, seq)

@@ -45,6 +45,7 @@ def test_preview_recipes(size, tp):
         entropy = config.algorithm.entropy
         assert (entropy.target, entropy.delta, entropy.max_coef, entropy.min_coef) == (0.2, 0.0001, 0.005, 0.0)
         assert config.trainer.steps is None  # the scripts switched stages case by case
+        assert entropy.timing == "repository"
     assert resolve(f"or1-{size}-preview", 3).actor.sequence_parallel_size == (2 if size == "32b" else 1)
 
 

@@ -66,7 +66,7 @@ class AdaptiveEntropyController:
         self.last_alpha = 0.0
 
     @classmethod
-    def from_config(cls, cfg: EntropyControlConfig, *, timing: Timing = "paper") -> AdaptiveEntropyController:
+    def from_config(cls, cfg: EntropyControlConfig) -> AdaptiveEntropyController:
         """Build from algorithm.entropy of a resolved RunConfig."""
         return cls(
             cfg.mode,
@@ -76,7 +76,7 @@ class AdaptiveEntropyController:
             min_coef=cfg.min_coef,
             max_coef=cfg.max_coef,
             fixed_coef=cfg.fixed_coef,
-            timing=timing,
+            timing=cfg.timing,
         )
 
     def _clamp(self, c: float) -> float:

@@ -84,6 +84,9 @@ class EntropyControlConfig(Section):
     min_coef: float = Field(0.0, ge=0)
     max_coef: float | None = Field(None, ge=0, description="Upper clamp (paper: none; repository: 0.005).")
     fixed_coef: float = Field(0.0, ge=0, description="Coefficient when mode is fixed.")
+    timing: Literal["paper", "repository"] = Field(
+        "paper", description="paper: the switch of step k uses e_k; repository: it uses e_(k-1), as the code does."
+    )
 
 
 class KLConfig(Section):
