@@ -1,0 +1,128 @@
+"""Dispatch modes: how a WorkerGroup call fans arguments out to ranks and gathers results back.
+
+A Worker method marked `@register(Dispatch.DP_COMPUTE)` is called on the controller as `group.method(batch)`; the
+group splits the call with `split_call`, runs one call per rank, and merges the per-rank results with `collect`.
+Both functions are pure (no Ray), so they are tested on their own.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import Enum
+from typing import Any, TypeVar
+
+from or1.hybrid.batch import Batch
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_SPEC_ATTR = "__or1_dispatch__"
+
+
+class Dispatch(Enum):
+    """How one controller call maps to per-rank calls."""
+
+    ONE_TO_ALL = "one_to_all"  # same arguments to every rank; returns the list of per-rank results
+    ALL_TO_ALL = "all_to_all"  # every argument is a per-rank list; returns the list of per-rank results
+    DP_COMPUTE = "dp_compute"  # Batch arguments split across data-parallel ranks; Batch results concatenated
+    RANK_ZERO = "rank_zero"  # same arguments to every rank (collectives need all); returns rank 0's result
+
+
+@dataclass(frozen=True)
+class MethodSpec:
+    """What `register` records on a Worker method."""
+
+    dispatch: Dispatch
+    blocking: bool
+
+
+def register(dispatch: Dispatch = Dispatch.ONE_TO_ALL, blocking: bool = True) -> Callable[[F], F]:
+    """Mark a Worker method as callable through a WorkerGroup with the given dispatch mode.
+
+    blocking=False makes the group call return a `Pending` whose `.get()` collects, so the controller can overlap
+    work on several groups.
+    """
+    if not isinstance(dispatch, Dispatch):
+        raise TypeError(f"register(dispatch=...) takes a Dispatch, got {dispatch!r}")
+
+    def mark(fn: F) -> F:
+        setattr(fn, _SPEC_ATTR, MethodSpec(dispatch, blocking))
+        return fn
+
+    return mark
+
+
+def method_spec(cls: type, name: str) -> MethodSpec | None:
+    """The registered dispatch of `cls.name`, or None when the method exists but is not registered."""
+    return getattr(getattr(cls, name), _SPEC_ATTR, None)
+
+
+@dataclass(frozen=True)
+class Call:
+    """The arguments of one rank's call."""
+
+    args: tuple[Any, ...]
+    kwargs: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Split:
+    """Per-rank calls plus what `collect` needs to undo the split."""
+
+    calls: list[Call]
+    pad: int = 0
+
+
+def split_call(dispatch: Dispatch, world_size: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Split:
+    """Turn one controller call into `world_size` per-rank calls."""
+    if dispatch in (Dispatch.ONE_TO_ALL, Dispatch.RANK_ZERO):
+        return Split([Call(args, kwargs)] * world_size)
+    if dispatch is Dispatch.ALL_TO_ALL:
+        return _split_all_to_all(world_size, args, kwargs)
+    if dispatch is Dispatch.DP_COMPUTE:
+        return _split_dp(world_size, args, kwargs)
+    raise ValueError(f"unknown dispatch {dispatch!r}")
+
+
+def collect(dispatch: Dispatch, results: list[Any], pad: int = 0) -> Any:
+    """Merge per-rank results (in rank order) into what the controller sees."""
+    if dispatch is Dispatch.RANK_ZERO:
+        return results[0]
+    if dispatch is Dispatch.DP_COMPUTE and results and all(isinstance(r, Batch) for r in results):
+        return Batch.concat(results).unpad(pad)
+    return list(results)
+
+
+def _split_all_to_all(world_size: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Split:
+    named = [(f"argument {i}", a) for i, a in enumerate(args)] + [
+        (f"argument {k!r}", v) for k, v in kwargs.items()
+    ]
+    for what, value in named:
+        if not isinstance(value, list | tuple) or len(value) != world_size:
+            raise ValueError(f"ALL_TO_ALL {what} must be a list with one entry per rank ({world_size})")
+    return Split(
+        [Call(tuple(a[r] for a in args), {k: v[r] for k, v in kwargs.items()}) for r in range(world_size)]
+    )
+
+
+def _split_dp(world_size: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Split:
+    lengths = {len(v) for v in (*args, *kwargs.values()) if isinstance(v, Batch)}
+    if not lengths:
+        raise TypeError("a DP_COMPUTE method needs at least one Batch argument to split")
+    if len(lengths) > 1:
+        raise ValueError(f"DP_COMPUTE Batch arguments have different lengths {sorted(lengths)}")
+    pad = -lengths.pop() % world_size
+
+    def parts(value: Any) -> list[Any]:
+        if not isinstance(value, Batch):
+            return [value] * world_size  # non-Batch arguments (temperature, flags) go to every rank unchanged
+        padded, _ = value.pad_to_multiple(world_size)
+        return padded.chunk(world_size)
+
+    arg_parts = [parts(a) for a in args]
+    kwarg_parts = {k: parts(v) for k, v in kwargs.items()}
+    calls = [
+        Call(tuple(p[r] for p in arg_parts), {k: p[r] for k, p in kwarg_parts.items()})
+        for r in range(world_size)
+    ]
+    return Split(calls, pad)

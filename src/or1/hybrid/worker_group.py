@@ -1,0 +1,250 @@
+"""WorkerGroup: the controller's handle on one role running in one Ray actor per rank.
+
+`group.method(*args)` looks up the method's registered Dispatch, splits the call across ranks, runs it on every
+rank's actor and collects the results. `colocate` puts several roles (e.g. actor_rollout and critic) in the same
+actor process per rank, so they can share devices and hand tensors over in memory; each role still gets its own
+WorkerGroup handle with its own dispatch.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any
+
+import ray
+from ray.exceptions import RayActorError, RayTaskError
+from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
+
+from or1.hybrid.dispatch import Dispatch, collect, method_spec, split_call
+from or1.hybrid.resource_pool import ResourcePool
+from or1.hybrid.worker import Worker
+
+Roles = Mapping[str, tuple[type[Worker], dict[str, Any]]]
+
+
+class WorkerError(RuntimeError):
+    """A worker failed (raised, or its process died); names the group, rank and method."""
+
+    def __init__(self, group: str, rank: int, method: str, detail: str) -> None:
+        super().__init__(f"worker group {group!r} rank {rank} failed in {method}(): {detail}")
+        self.group, self.rank, self.method, self.detail = group, rank, method, detail
+
+
+class RankActor:
+    """The Ray actor of one rank: hosts one instance of each colocated role and routes calls to it."""
+
+    def address(self) -> tuple[str, int]:
+        """This node's IP and a port free right now, for rank 0 to serve torch.distributed's rendezvous."""
+        with socket.socket() as s:
+            s.bind(("", 0))
+            port = s.getsockname()[1]
+        return ray.util.get_node_ip_address(), port
+
+    def setup(self, env: dict[str, str], roles: dict[str, tuple[type[Worker], dict[str, Any]]]) -> None:
+        """Set the rank environment, then construct every role (their __init__ may already use it)."""
+        os.environ.update(env)
+        self.roles = {role: cls(**kwargs) for role, (cls, kwargs) in roles.items()}
+
+    def call(self, role: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        return getattr(self.roles[role], method)(*args, **kwargs)
+
+
+_RemoteRankActor = ray.remote(RankActor)
+
+
+class Pending:
+    """Results of a non-blocking group call; `.get()` waits for all ranks and collects."""
+
+    def __init__(
+        self, group: str, method: str, refs: list[ray.ObjectRef], finish: Callable[[list[Any]], Any]
+    ):
+        self._group, self._method, self._refs, self._finish = group, method, refs, finish
+
+    def get(self, timeout_s: float | None = None) -> Any:
+        """Wait for every rank; the first rank to fail raises WorkerError at once (its peers may be stuck)."""
+        results = wait_all(self._group, self._method, self._refs, timeout_s)
+        try:
+            return self._finish(results)
+        except ValueError as e:  # e.g. per-rank Batches whose meta disagree
+            raise ValueError(
+                f"worker group {self._group!r}: cannot collect the results of {self._method}(): {e}"
+            ) from e
+
+
+def wait_all(group: str, method: str, refs: list[ray.ObjectRef], timeout_s: float | None = None) -> list[Any]:
+    """Per-rank results in rank order; raises on the first failure as it happens, not after the slowest rank."""
+    rank_of = {ref: rank for rank, ref in enumerate(refs)}
+    results: dict[int, Any] = {}
+    pending = list(refs)
+    while pending:
+        done, pending = ray.wait(pending, num_returns=1, timeout=timeout_s)
+        if not done:
+            raise WorkerError(group, rank_of[pending[0]], method, f"no result within {timeout_s} s")
+        rank = rank_of[done[0]]
+        try:
+            results[rank] = ray.get(done[0])
+        except RayTaskError as e:
+            raise WorkerError(group, rank, method, _last_line(str(e))) from e
+        except RayActorError as e:
+            raise WorkerError(group, rank, method, f"its actor process died ({type(e).__name__})") from e
+    return [results[r] for r in range(len(refs))]
+
+
+class WorkerGroup:
+    """One role on every rank of a ResourcePool; registered methods are called as attributes."""
+
+    def __init__(
+        self,
+        pool: ResourcePool,
+        worker_cls: type[Worker],
+        *,
+        init_kwargs: dict[str, Any] | None = None,
+        name: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
+        actors = _RankActors.spawn(pool, {name: (worker_cls, dict(init_kwargs or {}))}, name, env)
+        self._bind(actors, name, name, worker_cls)
+
+    @classmethod
+    def _handle(cls, actors: _RankActors, name: str, role: str, worker_cls: type[Worker]) -> WorkerGroup:
+        group = cls.__new__(cls)
+        group._bind(actors, name, role, worker_cls)
+        return group
+
+    def _bind(self, actors: _RankActors, name: str, role: str, worker_cls: type[Worker]) -> None:
+        self._actors, self.name, self._role, self.worker_cls = actors, name, role, worker_cls
+        self.pool = actors.pool
+
+    @property
+    def world_size(self) -> int:
+        return len(self._actors.handles)
+
+    def __getattr__(self, method: str) -> Callable[..., Any]:
+        if method.startswith("_") or "worker_cls" not in self.__dict__:  # private, or not yet bound
+            raise AttributeError(method)
+        if not hasattr(self.worker_cls, method):
+            raise AttributeError(
+                f"worker group {self.name!r} ({self.worker_cls.__name__}) has no method {method!r}"
+            )
+        spec = method_spec(self.worker_cls, method)
+        if spec is None:
+            raise AttributeError(
+                f"{self.worker_cls.__name__}.{method} is not marked @register(...); only registered methods "
+                f"can be called through worker group {self.name!r}"
+            )
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            pending = self._submit(method, spec.dispatch, args, kwargs)
+            return pending.get() if spec.blocking else pending
+
+        call.__name__ = method
+        call.__doc__ = getattr(self.worker_cls, method).__doc__
+        return call
+
+    def _submit(
+        self, method: str, dispatch: Dispatch, args: tuple[Any, ...], kwargs: dict[str, Any]
+    ) -> Pending:
+        self._actors.check_alive(self.name, method)
+        split = split_call(dispatch, self.world_size, args, kwargs)
+        if dispatch in (Dispatch.ONE_TO_ALL, Dispatch.RANK_ZERO):
+            # Identical arguments: store them once, every rank reads the same object.
+            shared = [ray.put(args), ray.put(kwargs)]
+            refs = [a.call.remote(self._role, method, *shared) for a in self._actors.handles]
+        else:
+            refs = [
+                a.call.remote(self._role, method, c.args, c.kwargs)
+                for a, c in zip(self._actors.handles, split.calls, strict=True)
+            ]
+        return Pending(self.name, method, refs, lambda results: collect(dispatch, results, split.pad))
+
+    def shutdown(self) -> None:
+        """Kill the rank actors and release the pool (colocated roles share actors: this ends all of them)."""
+        self._actors.shutdown()
+
+    def __repr__(self) -> str:
+        return f"WorkerGroup({self.name!r}, {self.worker_cls.__name__}, world_size={self.world_size})"
+
+
+def colocate(
+    pool: ResourcePool, roles: Roles, name: str, env: dict[str, str] | None = None
+) -> dict[str, WorkerGroup]:
+    """Run several roles in one actor process per rank; returns one WorkerGroup handle per role."""
+    if not roles:
+        raise ValueError("colocate needs at least one role")
+    actors = _RankActors.spawn(pool, {r: (cls, dict(kw)) for r, (cls, kw) in roles.items()}, name, env)
+    return {
+        role: WorkerGroup._handle(actors, f"{name}/{role}", role, cls) for role, (cls, _) in roles.items()
+    }
+
+
+class _RankActors:
+    """The actors of one pool, shared by the WorkerGroup handles of the roles they host."""
+
+    def __init__(self, pool: ResourcePool, handles: list[Any], name: str) -> None:
+        self.pool, self.handles, self.name, self.closed = pool, handles, name, False
+
+    @classmethod
+    def spawn(
+        cls,
+        pool: ResourcePool,
+        roles: dict[str, tuple[type[Worker], dict[str, Any]]],
+        name: str,
+        env: dict[str, str] | None,
+    ) -> _RankActors:
+        if pool.owner is not None:
+            raise ValueError(
+                f"resource pool already hosts worker group {pool.owner!r}; put roles that share devices in one "
+                "colocate(...) call, or give this group its own pool"
+            )
+        slots = pool.slots()
+        pool.owner = name
+        options = {"num_cpus": pool.cpus_per_worker, "num_gpus": 1 if pool.use_gpu else 0}
+        handles = [
+            _RemoteRankActor.options(
+                **options,
+                scheduling_strategy=PlacementGroupSchedulingStrategy(s.placement_group, s.bundle_index),
+            ).remote()
+            for s in slots
+        ]
+        actors = cls(pool, handles, name)
+        try:
+            addr, port = wait_all(name, "address", [handles[0].address.remote()])[0]
+            world = len(handles)
+            setups = [
+                h.setup.remote(
+                    {
+                        **(env or {}),
+                        "RANK": str(r),
+                        "WORLD_SIZE": str(world),
+                        "LOCAL_RANK": str(s.local_rank),
+                        "MASTER_ADDR": addr,
+                        "MASTER_PORT": str(port),
+                    },
+                    roles,
+                )
+                for r, (h, s) in enumerate(zip(handles, slots, strict=True))
+            ]
+            wait_all(name, "__init__", setups)  # all constructors run at once: they may rendezvous
+        except BaseException:
+            actors.shutdown()
+            raise
+        return actors
+
+    def check_alive(self, group: str, method: str) -> None:
+        if self.closed:
+            raise RuntimeError(f"worker group {group!r} was shut down; cannot call {method}()")
+
+    def shutdown(self) -> None:
+        if self.closed:
+            return
+        for h in self.handles:
+            ray.kill(h, no_restart=True)
+        self.pool.release()
+        self.closed = True
+
+
+def _last_line(traceback_text: str) -> str:
+    lines = [line.strip() for line in traceback_text.strip().splitlines() if line.strip()]
+    return lines[-1] if lines else "unknown error"

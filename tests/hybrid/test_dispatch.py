@@ -1,0 +1,93 @@
+"""Dispatch split / collect without Ray: what each rank receives and what the controller gets back."""
+
+import pytest
+import torch
+
+from or1.hybrid.batch import Batch
+from or1.hybrid.dispatch import Dispatch, MethodSpec, collect, method_spec, register, split_call
+from or1.hybrid.worker import Worker
+
+
+def rows(n: int) -> Batch:
+    return Batch(tensors={"x": torch.arange(n)}, non_tensor={"s": [f"r{i}" for i in range(n)]}, meta={"t": 1})
+
+
+def run_dp(world: int, batch: Batch, fn) -> Batch:
+    """What a DP_COMPUTE group does, with ranks simulated by a loop."""
+    split = split_call(Dispatch.DP_COMPUTE, world, (batch,), {"scale": 10})
+    outs = [fn(rank, *c.args, **c.kwargs) for rank, c in enumerate(split.calls)]
+    return collect(Dispatch.DP_COMPUTE, outs, split.pad)
+
+
+def test_dp_compute_pads_five_rows_over_two_ranks_and_unpads_the_result():
+    split = split_call(Dispatch.DP_COMPUTE, 2, (rows(5),), {})
+    assert split.pad == 1
+    parts = [c.args[0] for c in split.calls]
+    assert [list(p["s"]) for p in parts] == [["r0", "r1", "r2"], ["r3", "r4", "r0"]]  # pad repeats row 0
+
+    def double(rank, b, scale):
+        return Batch(tensors={"y": b["x"] * scale, "rank": torch.full((len(b),), rank)}, meta=b.meta)
+
+    out = run_dp(2, rows(5), double)
+    assert torch.equal(out["y"], torch.arange(5) * 10)
+    assert out["rank"].tolist() == [0, 0, 0, 1, 1] and out.meta == {"t": 1}
+
+
+@pytest.mark.parametrize("n,world", [(4, 2), (1, 3), (7, 4), (8, 8)])
+def test_dp_compute_round_trip_keeps_row_order(n, world):
+    out = run_dp(world, rows(n), lambda rank, b, scale: b.only(["s"]))
+    assert list(out["s"]) == [f"r{i}" for i in range(n)]
+
+
+def test_dp_compute_splits_batch_kwargs_and_broadcasts_other_arguments():
+    split = split_call(Dispatch.DP_COMPUTE, 2, (rows(4), 0.7), {"extra": rows(4), "flag": True})
+    for rank, c in enumerate(split.calls):
+        assert c.args[1] == 0.7 and c.kwargs["flag"] is True
+        assert c.kwargs["extra"]["x"].tolist() == [2 * rank, 2 * rank + 1]
+
+
+def test_dp_compute_errors_without_a_batch_or_with_mismatched_lengths():
+    with pytest.raises(TypeError, match="needs at least one Batch"):
+        split_call(Dispatch.DP_COMPUTE, 2, (1,), {})
+    with pytest.raises(ValueError, match="different lengths"):
+        split_call(Dispatch.DP_COMPUTE, 2, (rows(4), rows(3)), {})
+
+
+def test_dp_compute_non_batch_results_come_back_as_a_list():
+    assert collect(Dispatch.DP_COMPUTE, [{"loss": 1.0}, {"loss": 2.0}], pad=1) == [
+        {"loss": 1.0},
+        {"loss": 2.0},
+    ]
+
+
+def test_one_to_all_and_rank_zero_send_the_same_arguments():
+    for mode in (Dispatch.ONE_TO_ALL, Dispatch.RANK_ZERO):
+        split = split_call(mode, 3, (1, "a"), {"k": 2})
+        assert [(c.args, c.kwargs) for c in split.calls] == [((1, "a"), {"k": 2})] * 3
+    assert collect(Dispatch.ONE_TO_ALL, ["r0", "r1", "r2"]) == ["r0", "r1", "r2"]
+    assert collect(Dispatch.RANK_ZERO, ["r0", "r1", "r2"]) == "r0"
+
+
+def test_all_to_all_gives_each_rank_its_entry():
+    split = split_call(Dispatch.ALL_TO_ALL, 2, ([1, 2], ("a", "b")), {"k": [True, False]})
+    assert [(c.args, c.kwargs) for c in split.calls] == [((1, "a"), {"k": True}), ((2, "b"), {"k": False})]
+    with pytest.raises(ValueError, match="argument 0 must be a list with one entry per rank"):
+        split_call(Dispatch.ALL_TO_ALL, 2, ([1, 2, 3],), {})
+    with pytest.raises(ValueError, match="argument 'k'"):
+        split_call(Dispatch.ALL_TO_ALL, 2, (), {"k": 5})
+
+
+def test_register_marks_methods_and_rejects_non_dispatch_values():
+    class Toy(Worker):
+        @register(Dispatch.DP_COMPUTE, blocking=False)
+        def compute(self, batch):
+            return batch
+
+        def plain(self):
+            return 1
+
+    assert method_spec(Toy, "compute") == MethodSpec(Dispatch.DP_COMPUTE, blocking=False)
+    assert method_spec(Toy, "worker_info") == MethodSpec(Dispatch.ONE_TO_ALL, blocking=True)
+    assert method_spec(Toy, "plain") is None
+    with pytest.raises(TypeError, match="takes a Dispatch"):
+        register("dp_compute")
