@@ -6,16 +6,17 @@
 set -euo pipefail
 
 IMAGE="${1:-or1-sandbox:latest}"
-MIRROR="${OR1_DEBIAN_MIRROR:-http://deb.debian.org/debian}"
 HERE="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 ROOTFS="$(mktemp -d /var/tmp/or1-rootfs.XXXXXX)"
 trap 'rm -rf "$ROOTFS"' EXIT
 
-debootstrap --variant=minbase --include=python3 bookworm "$ROOTFS" "$MIRROR" >/dev/null
+# debootstrap uses its default Debian mirror unless OR1_DEBIAN_MIRROR names another.
+debootstrap --variant=minbase --include=python3 bookworm "$ROOTFS" ${OR1_DEBIAN_MIRROR:+"$OR1_DEBIAN_MIRROR"} >/dev/null
 "$HERE/harden-rootfs.sh" "$ROOTFS"
+install -D -m 0644 "$HERE/runner.py" "$ROOTFS/opt/or1/runner.py"  # same layout as the Dockerfile
 
 tar -C "$ROOTFS" -c . | podman import \
-  --change 'CMD ["/usr/bin/sleep", "infinity"]' \
+  --change 'CMD ["/usr/bin/python3", "-I", "-S", "/opt/or1/runner.py", "--init"]' \
   --change 'WORKDIR /tmp' \
   --change 'ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8' \
   - "$IMAGE" >/dev/null

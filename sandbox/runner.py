@@ -1,0 +1,1 @@
+../src/or1/sandbox/runner.py

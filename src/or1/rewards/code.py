@@ -1,0 +1,152 @@
+"""Code reward: extract the program from a response, run its tests in a sandbox, and compare on the host.
+
+Training, evaluation and `or1 score` call `score_code_batch` (through or1.rewards.score for mixed batches). The
+program is the last ```python block after the last `</think>`; it must parse. Tests run one at a time in an
+isolated sandbox slot (or1.sandbox), problems in parallel across slots; all comparison happens here, in the parent.
+Binary reward by default (every test passes; stops at the first failure), or the fraction of tests passed.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+import time
+from collections.abc import Mapping, Sequence
+
+from or1.rewards.code_tests import (
+    AssertCase,
+    CallCase,
+    Case,
+    StdinCase,
+    parse_ground_truth,
+    parse_result,
+    same_stdout,
+    same_value,
+)
+from or1.rewards.result import (
+    BAD_INPUT,
+    CORRECT,
+    INTERNAL_ERROR,
+    NO_CODE,
+    RUNTIME_ERROR,
+    SYNTAX_ERROR,
+    TIMEOUT,
+    WRONG_OUTPUT,
+    Result,
+)
+from or1.sandbox.pool import Sandbox, get_pool
+from or1.sandbox.protocol import Limits, TestReply, TestRequest
+
+DEFAULT_TIMEOUT = 6.0  # seconds per test, as in Skywork-OR1
+PROBLEM_BUDGET = 60.0  # seconds of test wall time per problem; a per-test timeout above it raises the budget
+_BLOCK = re.compile(r"```python3?[ \t]*\n(.*?)```", re.DOTALL)
+
+
+def extract_program(response: str) -> str | None:
+    """The last ```python block of the text after the last `</think>` (the whole text without the tag)."""
+    answer = response.rsplit("</think>", 1)[-1]
+    blocks = _BLOCK.findall(answer)
+    return blocks[-1] if blocks else None
+
+
+def _request(case: Case, program: str, timeout: float, limits: Limits) -> TestRequest:
+    if isinstance(case, StdinCase):
+        return TestRequest("stdin", program, timeout, limits, stdin=case.stdin)
+    if isinstance(case, CallCase):
+        return TestRequest("call", program, timeout, limits, fn_name=case.fn_name, args=case.args)
+    return TestRequest("assert", program, timeout, limits, prefix=case.prefix, test_code=case.test_code,
+                       entry_point=case.entry_point)
+
+
+def judge(case: Case, reply: TestReply) -> tuple[str, str]:
+    """(reason, detail) of one test from what the sandbox reported; reason CORRECT when it passed."""
+    tail = reply.stderr.strip().splitlines()[-1][:200] if reply.stderr.strip() else ""
+    if reply.status == "internal":
+        return INTERNAL_ERROR, f"sandbox failure: {tail}"
+    if reply.status == "timeout":
+        return TIMEOUT, f"test ran past {reply.wall:.1f} s"
+    if reply.status == "output_limit":
+        return RUNTIME_ERROR, "output limit exceeded"
+    if reply.status != "ok":
+        wrong = isinstance(case, AssertCase) and "AssertionError" in reply.stderr
+        return (WRONG_OUTPUT if wrong else RUNTIME_ERROR), tail or f"exit code {reply.exit_code}"
+    if isinstance(case, StdinCase):
+        return (CORRECT, "") if same_stdout(reply.stdout, case.stdout) else (WRONG_OUTPUT, "stdout differs")
+    if isinstance(case, CallCase):
+        ok, value = parse_result(reply.result)
+        if not ok:
+            return RUNTIME_ERROR, "no JSON return value"
+        return (CORRECT, "") if same_value(value, case.expected) else (WRONG_OUTPUT, "return value differs")
+    return (CORRECT, "") if reply.result == "PASS" else (WRONG_OUTPUT, "check() did not return")
+
+
+def score_program(program: str, cases: list[Case], sandbox: Sandbox, *, timeout: float = DEFAULT_TIMEOUT,
+                  fraction: bool = False, limits: Limits | None = None) -> Result:
+    """Run `cases` against `program` on one sandbox slot (sequentially) and score them."""
+    limits = limits or Limits()
+    budget_end = time.monotonic() + max(PROBLEM_BUDGET, timeout)
+    passed, first_failure = 0, None
+    for index, case in enumerate(cases):
+        left = budget_end - time.monotonic()
+        if left <= 0:
+            reason, detail = TIMEOUT, f"problem budget of {max(PROBLEM_BUDGET, timeout):g} s used up"
+        else:
+            reason, detail = judge(case, sandbox.run(_request(case, program, min(timeout, left), limits)))
+        if reason == CORRECT:
+            passed += 1
+            continue
+        first_failure = first_failure or (reason, f"test {index}: {detail}")
+        if not fraction or left <= 0:
+            break
+    if first_failure is None:
+        return Result(1.0, CORRECT, program, f"{passed}/{len(cases)} tests passed")
+    score = passed / len(cases) if fraction else 0.0
+    return Result(score, first_failure[0], program, first_failure[1])
+
+
+def prepare_problem(response: object, ground_truth: object) -> tuple[str, list[Case]] | Result:
+    """(program, cases), or the Result that ends the problem before any test runs."""
+    try:
+        if not isinstance(ground_truth, str | bytes | Mapping):
+            raise ValueError(f"ground truth must be a JSON string or a dict, got {type(ground_truth).__name__}")
+        cases = parse_ground_truth(ground_truth)
+    except ValueError as exc:
+        return Result(0.0, BAD_INPUT, None, str(exc))
+    if not isinstance(response, str):
+        return Result(0.0, BAD_INPUT, None, "response is not a string")
+    program = extract_program(response)
+    if program is None:
+        return Result(0.0, NO_CODE, None, "no ```python block after </think>")
+    try:
+        ast.parse(program)
+    except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
+        return Result(0.0, SYNTAX_ERROR, program, f"{type(exc).__name__}: {exc}"[:200])
+    return program, cases
+
+
+def score_code_batch(responses: list[str], ground_truths: list, *, slots: int = 2, timeout: float | None = None,
+                     backend: str = "local", fraction: bool = False) -> list[Result]:
+    """Score each response against its code ground truth; one Result per response, in order.
+
+    `ground_truths` are JSON strings or dicts in the three forms of DATA.md; an invalid one scores 0 (bad_input).
+    `timeout` is per test (default 6 s); `slots` sandboxes of `backend` ("local" or "docker") run problems in
+    parallel; `fraction` scores the fraction of tests passed instead of all-or-nothing.
+    """
+    if len(responses) != len(ground_truths):
+        raise ValueError(f"{len(responses)} responses but {len(ground_truths)} ground truths")
+    per_test = DEFAULT_TIMEOUT if timeout is None else float(timeout)
+    if per_test <= 0:
+        raise ValueError(f"timeout must be > 0, got {timeout}")
+    pairs = zip(responses, ground_truths, strict=True)
+    prepared: Sequence[tuple[str, list[Case]] | Result] = [prepare_problem(r, g) for r, g in pairs]
+    results: list[Result | None] = [p if isinstance(p, Result) else None for p in prepared]
+    todo = [(i, p) for i, p in enumerate(prepared) if not isinstance(p, Result)]
+    if todo:
+        pool = get_pool(backend, slots)
+
+        def job(item: tuple[str, list[Case]]):
+            return lambda sandbox: score_program(item[0], item[1], sandbox, timeout=per_test, fraction=fraction)
+
+        for (index, _), result in zip(todo, pool.map([job(p) for _, p in todo]), strict=True):
+            results[index] = result
+    return [r if r is not None else Result(0.0, INTERNAL_ERROR, None, "not scored") for r in results]
