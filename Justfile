@@ -1,0 +1,36 @@
+# or1 tasks. Run `bash scripts/setup.sh` once first (it installs this `just` into .venv/bin).
+set shell := ["bash", "-euo", "pipefail", "-c"]
+set positional-arguments
+
+bin := justfile_directory() / ".venv/bin"
+
+# List the tasks.
+default:
+    @{{bin}}/just --list
+
+# System packages, .venv and or1 (editable, with dev tools).
+setup:
+    bash scripts/setup.sh
+
+# The main job: the tiny reproduction on CPU (base model, data, training, evaluation).
+tiny dir="tiny":
+    {{bin}}/or1 init-model --preset tiny --out {{dir}}/model
+    {{bin}}/or1 prepare-data --preset tiny --out {{dir}}/data
+
+# The test suite (fast default). As root it first brings up the Docker-API engine for the docker-marked tests.
+test *args:
+    #!/usr/bin/env bash
+    set -euo pipefail
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && [ -z "${OR1_NO_ENGINE:-}" ]; then
+        eval "$(bash sandbox/ci-engine.sh)"
+    fi
+    .venv/bin/python -m pytest "$@"
+
+# The slow tests too (learning curves, resume equivalence).
+test-all *args:
+    {{bin}}/just test -m "not gpu" "$@"
+
+# Lint and format check.
+lint:
+    {{bin}}/ruff check src tests bench
+    {{bin}}/ruff format --check src tests bench
