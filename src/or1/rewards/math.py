@@ -1,0 +1,195 @@
+"""The math reward: is the final answer of a response equal to one of the ground truths?
+
+`verify_math` is what a pool worker runs for one response (training, evaluation and data preparation reach it
+through `or1.rewards.score.score_batch`, which adds the process pool and the hard timeout). Steps:
+1. extract the final answer after the last `</think>` (`or1.rewards.extract`);
+2. reject answers too costly for sympy (power towers, huge integers) as wrong;
+3. a fast path decides without sympy: normalised strings equal, both plain numbers (`025` = `25`), numerals with
+   a base (`52_8`), sequences with an ellipsis (compared as written: math-verify mis-parses them);
+4. otherwise a numeric check (`or1.rewards.equivalence`) vetoes pairs whose values provably differ (math-verify's
+   false positives, and most wrong answers, cheaply), and math-verify decides the rest, the gold wrapped as
+   `\\boxed{gt}` as Skywork-OR1 does, with its SIGALRM timeouts off (the pool's kill is the limit).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+import re
+from typing import Any
+
+from or1.rewards.extract import AnswerTooComplex, extract_answer
+from or1.rewards.normalize import (
+    BadGroundTruth,
+    has_percent,
+    normalize_answer,
+    parse_ground_truth,
+    plain_number,
+    too_costly,
+)
+from or1.rewards.result import BAD_INPUT, CORRECT, NO_ANSWER, WRONG_ANSWER, Result
+
+_ELLIPSIS = re.compile(r"\\[lc]?dots\b|\.\.\.")
+_BASE_NUMERAL = re.compile(r"^([0-9A-Za-z]+)_\{?(\d{1,2})\}?$")
+_PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{4,}")
+
+
+class _DropTimeoutDisabledWarning(logging.Filter):
+    """math-verify warns once per process that its timeouts are off; here that is intended (the pool kills)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return "Timeout is disabled" not in record.getMessage()
+
+
+for _name in ("math_verify.parser", "math_verify.grader"):
+    logging.getLogger(_name).addFilter(_DropTimeoutDisabledWarning())
+
+
+def _base_numeral(text: str) -> tuple[str, int] | None:
+    """`52_8` / `1011_{2}`: a numeral with its base, which math-verify reads as the plain number (base dropped)."""
+    match = _BASE_NUMERAL.match(text.replace(" ", ""))
+    return (match.group(1).upper(), int(match.group(2))) if match else None
+
+
+def fast_verdict(gold: str, pred: str) -> bool | None:
+    """Decide cheaply on normalised answers: True/False when sure, None when sympy has to look."""
+    if gold == pred and gold:
+        return True
+    if _ELLIPSIS.search(gold) or _ELLIPSIS.search(pred):
+        return gold.replace(" ", "") == pred.replace(" ", "")  # math-verify parses `1, 2, \\ldots, n` as 2
+    gold_base, pred_base = _base_numeral(gold), _base_numeral(pred)
+    if gold_base and pred_base:
+        gold_value, pred_value = _base_value(*gold_base), _base_value(*pred_base)
+        return gold_value is not None and gold_value == pred_value
+    gold_num, pred_num = plain_number(gold), plain_number(pred)
+    if gold_num is None or pred_num is None:
+        return None
+    if gold_num == pred_num:
+        return True
+    return None if has_percent(gold) or has_percent(pred) else False
+
+
+def _base_value(digits: str, base: int) -> int | None:
+    """The value of `digits` in `base`, or None when they are not a numeral in that base."""
+    try:
+        return int(digits, base) if 2 <= base <= 36 else None
+    except ValueError:
+        return None
+
+
+def _is_prose(answer: str) -> bool:
+    """A stated answer in words ("The largest n is 34") is left to math-verify's own extraction."""
+    without_text = re.sub(r"\\(?:text|mbox|mathrm)\s*\{[^{}]*\}", " ", answer)
+    return len(_PROSE_WORD.findall(without_text)) >= 2
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_gold(gold: str) -> tuple[Any, ...]:
+    """math-verify's parse of a gold; cached because every rollout of a prompt shares it."""
+    from math_verify import parse
+
+    return tuple(parse("\\boxed{" + gold + "}", parsing_timeout=None))
+
+
+def _sympy_first(parsed: tuple[Any, ...] | list[Any]) -> Any:
+    """The sympy object math-verify parsed (its parse lists it before the raw string), or None."""
+    from sympy import Basic, MatrixBase
+
+    return next((p for p in parsed if isinstance(p, (Basic, MatrixBase))), None)
+
+
+def math_verify_equal(gold: str, pred: str, *, boxed: bool = True) -> bool:
+    """math-verify's verdict on one gold/prediction pair, overruled when the values provably differ.
+
+    The numeric check runs first: it is the same veto either way, and it spares sympy's `simplify` on the wrong
+    answers it already refutes (most wrong answers, and the costly part of a batch).
+    """
+    from math_verify import parse, verify
+
+    from or1.rewards.equivalence import contradicts
+
+    gold_parsed = _parse_gold(gold)
+    pred_parsed = parse("\\boxed{" + pred + "}" if boxed else pred, parsing_timeout=None)
+    if not gold_parsed or not pred_parsed:
+        return False
+    gold_obj, pred_obj = _sympy_first(gold_parsed), _sympy_first(pred_parsed)
+    if gold_obj is not None and pred_obj is not None and contradicts(gold_obj, pred_obj):
+        return False
+    return bool(verify(list(gold_parsed), pred_parsed, timeout_seconds=None))
+
+
+def _pred_for(gold: str, answer: str, pred: str, prose: bool) -> str:
+    """The spelling of the answer math-verify compares with `gold`."""
+    if prose:
+        return answer  # math-verify's own extraction finds the math in a sentence
+    if "=" in gold:
+        return normalize_answer(
+            answer, strip_lhs=False
+        )  # a whole-equation gold (2x + 4y = 3) meets the whole answer
+    return pred
+
+
+def _prepare(response: str, ground_truth: str) -> Result | tuple[str, list[tuple[str, str]], bool]:
+    """Everything before sympy: a final Result when decided, else the answer and the (gold, pred) pairs to compare."""
+    if not isinstance(response, str):
+        return Result(0.0, BAD_INPUT, detail=f"response must be a string, got {type(response).__name__}")
+    try:
+        golds = parse_ground_truth(ground_truth)
+    except BadGroundTruth as err:
+        return Result(0.0, BAD_INPUT, detail=str(err))
+    try:
+        found = extract_answer(response)
+    except AnswerTooComplex as err:
+        return Result(0.0, WRONG_ANSWER, detail=str(err))
+    if found is None:
+        return Result(0.0, NO_ANSWER)
+    answer = found.answer
+    pred = normalize_answer(answer)
+    if not pred:
+        return Result(0.0, NO_ANSWER, extracted=answer)
+    costly = too_costly(pred)
+    if costly:
+        return Result(0.0, WRONG_ANSWER, extracted=answer, detail=costly)
+    prose = found.kind == "statement" and _is_prose(answer)
+    undecided = []
+    for gold in golds:
+        gold_norm = normalize_answer(gold)
+        verdict = fast_verdict(gold_norm, pred)
+        if verdict:
+            return Result(1.0, CORRECT, extracted=answer)
+        if verdict is None and not too_costly(gold_norm):
+            undecided.append((gold_norm, _pred_for(gold_norm, answer, pred, prose)))
+    if not undecided:
+        return Result(0.0, WRONG_ANSWER, extracted=answer)
+    return answer, undecided, not prose
+
+
+def prejudge(response: str, ground_truth: str) -> Result | None:
+    """The Result when string work alone decides (no answer, bad input, plain-number or exact match), else None.
+
+    Cheap and bounded (linear scans, capped answer length), so `score_batch` runs it in the calling process and
+    sends only the undecided rows to the pool.
+    """
+    prepared = _prepare(response, ground_truth)
+    return prepared if isinstance(prepared, Result) else None
+
+
+def verify_math(response: str, ground_truth: str) -> Result:
+    """Score one response against a ground truth (JSON list of acceptable answers, or a plain string).
+
+    In-process and without a timeout: call it through `score_batch` (or inside a pool worker) for the hard limit.
+    """
+    prepared = _prepare(response, ground_truth)
+    if isinstance(prepared, Result):
+        return prepared
+    answer, pairs, boxed = prepared
+    for gold, pred in pairs:
+        if math_verify_equal(gold, pred, boxed=boxed):
+            return Result(1.0, CORRECT, extracted=answer)
+    return Result(0.0, WRONG_ANSWER, extracted=answer)
+
+
+def warm_up() -> None:
+    """Run math-verify once so a fresh pool worker has its parsers built before its first timed task."""
+    verify_math("\\boxed{\\frac{1}{2}}", '["0.5"]')
+    verify_math("\\boxed{(1, 2)}", '["(1,2)"]')
