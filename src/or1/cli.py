@@ -22,6 +22,8 @@ app = typer.Typer(
 )
 config_app = typer.Typer(help="Inspect recipes.", no_args_is_help=True)
 app.add_typer(config_app, name="config")
+sandbox_app = typer.Typer(help="The code-execution sandbox.", no_args_is_help=True)
+app.add_typer(sandbox_app, name="sandbox")
 err_console = Console(stderr=True)
 
 
@@ -54,6 +56,44 @@ def config_show(
     from or1.config.loading import dump, resolve
 
     sys.stdout.write(dump(resolve(recipe, stage, overrides or [])))
+
+
+@app.command()
+@user_errors
+def score(
+    input: Annotated[Path, typer.Argument(help="jsonl or parquet of or1 rows with a `response` field.")],
+    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the scored rows (jsonl / parquet).")],
+    workers: Annotated[int, typer.Option(help="Parallel verifier processes / sandbox slots.")] = 2,
+    timeout: Annotated[float, typer.Option(help="Seconds per math verification (hard limit).")] = 5.0,
+    code_timeout: Annotated[float, typer.Option(help="Seconds per code test (hard limit).")] = 6.0,
+) -> None:
+    """Score responses: math by answer verification, code by running its tests in the sandbox."""
+    from or1.rewards.score_file import format_summary, score_file
+
+    summary = score_file(input, output, workers=workers, timeout=timeout, code_timeout=code_timeout)
+    err_console.print(format_summary(summary), highlight=False, soft_wrap=True)
+
+
+@sandbox_app.command("check")
+@user_errors
+def sandbox_check(
+    backend: Annotated[str, typer.Option(help="local (bubblewrap + rlimits) or docker (DOCKER_HOST engine).")] = "local",
+) -> None:
+    """Self-test the sandbox: positive controls and hostile programs; exit 1 if any isolation check fails."""
+    from or1.sandbox.check import run_self_test
+
+    if backend not in ("local", "docker"):
+        raise UserError(f"unknown sandbox backend {backend!r}: use local or docker")
+    results = run_self_test(backend)
+    table = Table("check", "result", "detail")
+    for check in results:
+        table.add_row(check.name, "[green]pass[/green]" if check.passed else "[red]FAIL[/red]", check.detail)
+    Console().print(table)
+    failed = [c.name for c in results if not c.passed]
+    if failed:
+        err_console.print(f"[red]{len(failed)} of {len(results)} sandbox checks failed:[/red] {', '.join(failed)}")
+        raise typer.Exit(1)
+    Console().print(f"all {len(results)} sandbox checks passed on the {backend} backend")
 
 
 @app.command()

@@ -61,6 +61,14 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _column(pa: Any, values: list[Any]) -> Any:
+    """An Arrow column; one whose values have mixed types (a malformed row's int `response`) becomes JSON text."""
+    try:
+        return pa.array(values)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        return pa.array([v if v is None or isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values])
+
+
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     """Write rows in the format of `path`'s extension, creating its folder if needed."""
     fmt = _format_of(path, "OUTPUT")
@@ -70,14 +78,17 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
         import pyarrow.parquet as pq
 
         keys = list(dict.fromkeys(key for row in rows for key in row))  # every row's keys, first-seen order
-        pq.write_table(pa.Table.from_pylist([{key: row.get(key) for key in keys} for row in rows]), path)
+        columns = {key: _column(pa, [row.get(key) for row in rows]) for key in keys}
+        pq.write_table(pa.table(columns), path)
         return
     with path.open("w", encoding="utf-8") as handle:
         for row in rows:
             handle.write(json.dumps(row, ensure_ascii=False) + "\n")
 
 
-def _score_with_progress(rows: list[dict[str, Any]], workers: int, timeout: float) -> list[Result]:
+def _score_with_progress(
+    rows: list[dict[str, Any]], workers: int, timeout: float, code_timeout: float | None
+) -> list[Result]:
     """score_batch over chunks of rows, with a rich progress bar on stderr."""
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
@@ -88,13 +99,17 @@ def _score_with_progress(rows: list[dict[str, Any]], workers: int, timeout: floa
         task = progress.add_task("scoring", total=len(rows))
         for start in range(0, len(rows), CHUNK_ROWS):
             chunk = rows[start : start + CHUNK_ROWS]
-            results.extend(score_batch(chunk, workers=workers, timeout=timeout))
+            results.extend(score_batch(chunk, workers=workers, timeout=timeout, code_timeout=code_timeout))
             progress.advance(task, len(chunk))
     return results
 
 
-def score_file(input_path: Path, output_path: Path, *, workers: int, timeout: float) -> dict[str, Any]:
+def score_file(
+    input_path: Path, output_path: Path, *, workers: int, timeout: float, code_timeout: float | None = None
+) -> dict[str, Any]:
     """Score every row of `input_path`, write them with `score` and `reason` to `output_path`, return a summary.
+
+    `timeout` bounds each math verification; `code_timeout` each code test (None: the code reward's 6 s).
 
     Summary keys: rows, counts (rows per reason), mean_score, seconds, rows_per_second.
     """
@@ -105,7 +120,7 @@ def score_file(input_path: Path, output_path: Path, *, workers: int, timeout: fl
     _format_of(output_path, "OUTPUT")
     rows = read_rows(Path(input_path))
     started = time.perf_counter()
-    results = _score_with_progress(rows, workers, timeout)
+    results = _score_with_progress(rows, workers, timeout, code_timeout)
     seconds = time.perf_counter() - started
     for row, result in zip(rows, results, strict=True):
         row["score"] = result.score
