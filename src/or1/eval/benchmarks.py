@@ -1,0 +1,179 @@
+"""The benchmark registry: where each benchmark's data lives and how it becomes or1 rows.
+
+A benchmark resolves, in order: `--data PATH` (a parquet / jsonl / json file in any schema of DATA.md), else the
+file in ../shared/benchmarks (relative to the repository root) when it exists, else the hub id through
+`datasets.load_dataset`. A path given as the benchmark name itself is evaluated as a file of or1 rows.
+
+LiveCodeBench takes a contest-date window (default 2024-08-01 .. 2025-02-01, the paper's). The window only applies
+when the source has dates: the hub rows carry `contest_date`, but the shared public-test file has none (it is that
+window already), so for it the filter is skipped and the summary says so.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from datetime import date
+from pathlib import Path
+from typing import Any
+
+import pyarrow.parquet as pq
+
+from or1.errors import UserError
+from or1.eval.converters import record_date, to_or1_row
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+SHARED_BENCHMARKS = REPO_ROOT.parent / "shared" / "benchmarks"
+LCB_WINDOW = (date(2024, 8, 1), date(2025, 2, 1))
+_LCB_FILES = [f"hf://datasets/livecodebench/code_generation_lite/test{s}.jsonl" for s in ("", "2", "3", "4", "5", "6")]
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    """One registry entry: its ability, the shared file name, and the hub source used when no file is found."""
+
+    name: str
+    ability: str
+    shared_file: str  # relative to ../shared/benchmarks
+    hub_id: str  # what the summary names as the source
+    hub_loads: tuple[dict[str, Any], ...]  # datasets.load_dataset arguments; several are concatenated in order
+    dated: bool = False  # whether a contest-date window applies
+
+
+def _hub(path: str, split: str, name: str | None = None) -> dict[str, Any]:
+    return {"path": path, "split": split, **({"name": name} if name else {})}
+
+
+REGISTRY: dict[str, Benchmark] = {
+    b.name: b
+    for b in (
+        Benchmark("aime24", "math", "aime24/aime24.parquet", "HuggingFaceH4/aime_2024",
+                  (_hub("HuggingFaceH4/aime_2024", "train"),)),
+        Benchmark("aime25", "math", "aime25/aime25.parquet", "opencompass/AIME2025",  # part I (0-14), then II (15-29)
+                  (_hub("opencompass/AIME2025", "test", "AIME2025-I"), _hub("opencompass/AIME2025", "test", "AIME2025-II"))),
+        Benchmark("math500", "math", "math500/math500.jsonl", "HuggingFaceH4/MATH-500",
+                  (_hub("HuggingFaceH4/MATH-500", "test"),)),
+        Benchmark("amc", "math", "amc/amc_2022_2023.json", "AI-MO/aimo-validation-amc",
+                  (_hub("AI-MO/aimo-validation-amc", "train"),)),
+        Benchmark(
+            "livecodebench", "code", "livecodebench/lcb_2408_2502_public.json", "livecodebench/code_generation_lite",
+            ({"path": "json", "data_files": _LCB_FILES, "split": "train"},),  # the raw jsonl: datasets 4+ runs no scripts
+            dated=True,
+        ),
+    )
+}
+
+
+@dataclass
+class BenchmarkData:
+    """A resolved benchmark: its rows, where they came from, their content hash, and how dates were filtered."""
+
+    name: str
+    ability: str
+    rows: list[dict[str, Any]]
+    source: str  # a file path or a hub id
+    sha256: str | None  # of the source file's bytes; None for hub data (the id and revision stand in)
+    date_filter: str  # what the window did, in words, for the summary
+
+
+def load_benchmark(
+    benchmark: str,
+    *,
+    data: Path | None = None,
+    window: tuple[date, date] | None = LCB_WINDOW,
+    shared_dir: Path = SHARED_BENCHMARKS,
+) -> BenchmarkData:
+    """Resolve `benchmark` (a registry name, or a path to an or1-row file) into or1 rows."""
+    spec = REGISTRY.get(benchmark)
+    if spec is None:
+        path = Path(benchmark)
+        if path.suffix in (".parquet", ".jsonl", ".json") and data is None:
+            return _from_file(path.stem, _ability_of_file(path), path, None)
+        raise UserError(f"Unknown benchmark {benchmark!r}; choose one of {', '.join(REGISTRY)} or give an or1-row file.")
+    if data is None and (shared_dir / spec.shared_file).is_file():
+        data = shared_dir / spec.shared_file
+    if data is not None:
+        return _from_file(spec.name, spec.ability, Path(data), window if spec.dated else None)
+    return _from_hub(spec, window if spec.dated else None)
+
+
+def file_sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with path.open("rb") as handle:
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def read_records(path: Path) -> list[dict[str, Any]]:
+    """Records of a .parquet, .jsonl or .json (a list, or an object holding one list) file."""
+    if not path.is_file():
+        raise UserError(f"Benchmark file {path} does not exist; fix --data or drop it to use the default source.")
+    try:
+        if path.suffix == ".parquet":
+            return pq.read_table(path).to_pylist()
+        if path.suffix == ".jsonl":
+            return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        if path.suffix == ".json":
+            loaded = json.loads(path.read_text())
+            if isinstance(loaded, dict) and len(loaded) == 1 and isinstance(next(iter(loaded.values())), list):
+                loaded = next(iter(loaded.values()))
+            if isinstance(loaded, list):
+                return loaded
+            raise UserError(f"{path} must hold a JSON list of records.")
+    except (ValueError, OSError) as err:
+        raise UserError(f"Cannot read benchmark file {path}: {err}") from None
+    raise UserError(f"Benchmark file {path} must be .parquet, .jsonl or .json.")
+
+
+def _convert(name: str, ability: str, records: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
+    source = f"test-{ability}-{name}"
+    rows = []
+    for i, record in enumerate(records):
+        try:
+            rows.append(to_or1_row(record, ability=ability, data_source=source, index=i))
+        except UserError as err:
+            raise UserError(f"{where}: {err}") from None
+    if not rows:
+        raise UserError(f"{where} holds no problems.")
+    return rows
+
+
+def _windowed(records: list[dict[str, Any]], window: tuple[date, date] | None) -> tuple[list[dict[str, Any]], str]:
+    if window is None:
+        return records, "none"
+    dates = [record_date(r) for r in records]
+    if all(d is None for d in dates):
+        return records, f"not applied: the source has no contest dates (window {window[0]}..{window[1]})"
+    kept = [r for r, d in zip(records, dates, strict=True) if d is not None and window[0] <= d <= window[1]]
+    return kept, f"contest_date in {window[0]}..{window[1]}: kept {len(kept)} of {len(records)}"
+
+
+def _from_file(name: str, ability: str, path: Path, window: tuple[date, date] | None) -> BenchmarkData:
+    records, note = _windowed(read_records(path), window)
+    rows = _convert(name, ability, records, str(path))
+    return BenchmarkData(name, ability, rows, str(path.resolve()), file_sha256(path), note)
+
+
+def _from_hub(spec: Benchmark, window: tuple[date, date] | None) -> BenchmarkData:
+    import datasets  # only here: loading the hub is the slow, online path
+
+    records: list[dict[str, Any]] = []
+    for kwargs in spec.hub_loads:
+        try:
+            records += [dict(r) for r in datasets.load_dataset(**kwargs)]
+        except Exception as err:  # offline machines and missing ids both land here; the user picks --data instead
+            raise UserError(f"Cannot load {spec.hub_id} from the hub ({err.__class__.__name__}); pass --data PATH.") from None
+    records, note = _windowed(records, window)
+    rows = _convert(spec.name, spec.ability, records, spec.hub_id)
+    return BenchmarkData(spec.name, spec.ability, rows, f"hub:{spec.hub_id}", None, note)
+
+
+def _ability_of_file(path: Path) -> str:
+    """An or1-row file names its ability per row; the first row's decides which scorer defaults apply."""
+    records = read_records(path)
+    ability = records[0].get("ability") if records and isinstance(records[0], dict) else None
+    if ability not in ("math", "code"):
+        raise UserError(f"{path} is not a file of or1 rows (no 'ability' field); give a registry benchmark name.")
+    return ability

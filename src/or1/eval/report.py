@@ -1,0 +1,103 @@
+"""summary.json and report.md of an evaluation run: the numbers, and everything needed to reproduce them.
+
+The summary records the model (path and content hash of its files), the data (source and hash, the date filter,
+the problem limit), the protocol and the sampling settings it resolved to, the seed, the engine, the or1 and
+library versions, and when the run started and finished. report.md is the same for humans: a headline table with
+95% bootstrap intervals, the settings, and the per-problem table.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import platform
+from collections import Counter
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from or1 import __version__
+from or1.eval.metrics import Metrics
+from or1.eval.samples import SampleRecord
+
+SUMMARY_FILE = "summary.json"
+REPORT_FILE = "report.md"
+
+
+def now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="seconds")
+
+
+def model_fingerprint(model: Path | str) -> dict[str, Any]:
+    """Path and sha256 over every file of a local model folder (names and bytes); a hub id is recorded as is."""
+    path = Path(model)
+    if not path.is_dir():
+        return {"path": str(model), "sha256": None, "note": "not a local folder: hub id, content not hashed"}
+    digest = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file())
+    for file in files:
+        digest.update(str(file.relative_to(path)).encode() + b"\0")
+        with file.open("rb") as handle:
+            for block in iter(lambda: handle.read(1 << 22), b""):
+                digest.update(block)
+    return {"path": str(path.resolve()), "sha256": digest.hexdigest(), "files": [str(f.relative_to(path)) for f in files]}
+
+
+def environment() -> dict[str, str | None]:
+    """Versions that change numbers: or1, Python, and the generation and scoring libraries."""
+    versions: dict[str, str | None] = {"or1": __version__, "python": platform.python_version()}
+    for package in ("torch", "transformers", "vllm", "math-verify"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = None
+    return versions
+
+
+def write_outputs(out: Path, summary: dict[str, Any], metrics: Metrics, records: list[SampleRecord]) -> None:
+    """Write summary.json (summary + metrics + reason counts) and report.md into `out`."""
+    summary = {**summary, "metrics": metrics.to_dict(), "reasons": dict(Counter(r.reason for r in records))}
+    (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
+    (out / REPORT_FILE).write_text(render_markdown(summary, metrics))
+
+
+def render_markdown(summary: dict[str, Any], metrics: Metrics) -> str:
+    """The human report: headline metrics with intervals, settings, and one line per problem."""
+    s = summary["sampling"]
+    lines = [
+        f"# {summary['benchmark']}: {Path(summary['model']['path']).name}",
+        "",
+        f"{metrics.num_problems} problems x {metrics.samples_per_problem} samples, protocol `{s['protocol']}` "
+        f"(T={s['temperature']}, top_p={s['top_p']}, max {s['max_tokens']} tokens, seed {s['seed']}), "
+        f"engine {summary['engine']}.",
+        "",
+        "| metric | value | 95% CI |",
+        "|---|---|---|",
+    ]
+    for name, est in metrics.estimates.items():
+        lines.append(f"| {name} | {100 * est.value:.1f} | {100 * est.ci_low:.1f} - {100 * est.ci_high:.1f} |")
+    lines += [
+        "",
+        f"Mean response length {metrics.mean_tokens:.1f} tokens; truncation rate {100 * metrics.truncation_rate:.1f}%.",
+        f"Reasons: {', '.join(f'{k} {v}' for k, v in sorted(summary['reasons'].items()))}.",
+        "",
+        "## Reproduce",
+        "",
+        f"- model `{summary['model']['path']}` sha256 `{summary['model']['sha256']}`",
+        f"- data `{summary['data']['source']}` sha256 `{summary['data']['sha256']}`; date filter: {summary['data']['date_filter']}",
+        f"- or1 {summary['environment']['or1']}; started {summary['started_at']}, finished {summary['finished_at']}",
+        f"- `{summary['command']}`",
+        "",
+        "## Per problem",
+        "",
+        "| problem | solved | mean tokens | truncated |",
+        "|---|---|---|---|",
+    ]
+    for row in metrics.problems:
+        lines.append(
+            f"| {row.problem_id} | {row.num_correct}/{row.num_samples} | {row.mean_tokens:.1f} | "
+            f"{100 * row.truncation_rate:.0f}% |"
+        )
+    return "\n".join(lines) + "\n"
+

@@ -1,0 +1,206 @@
+"""The runner with a fake sampler: outputs, caching, resume after a crash or a SIGKILL, fingerprint checks."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from or1.data.schema import make_row, write_rows
+from or1.errors import UserError
+from or1.eval import runner
+from or1.eval.generation import Completion
+from or1.eval.report import model_fingerprint
+from or1.eval.runner import evaluate_rows, run_eval
+
+
+def math_rows(count: int) -> list[dict]:
+    return [
+        make_row(data_source="t", prompt=[{"role": "user", "content": f"Compute {i}+1."}], ability="math",
+                 ground_truth=[str(i + 1)], extra_info={"index": i})
+        for i in range(count)
+    ]
+
+
+class FakeSampler:
+    """Boxes the right answer or a wrong one depending on (seed, position): deterministic, mixed outcomes."""
+
+    def __init__(self, fail_on_call: int | None = None):
+        self.calls = 0
+        self.prompts = 0
+        self.fail_on_call = fail_on_call
+
+    def __call__(self, prompts: list, seed: int) -> list[Completion]:
+        self.calls += 1
+        if self.calls == self.fail_on_call:
+            raise RuntimeError("simulated crash")
+        self.prompts += len(prompts)
+        out = []
+        for j, messages in enumerate(prompts):
+            value = int(messages[0]["content"].split()[1].rstrip(".").split("+")[0]) + 1
+            answer = value if (seed + j) % 2 == 0 else value + 1
+            out.append(Completion(f"so \\boxed{{{answer}}}", 5, False))
+        return out
+
+
+@pytest.fixture
+def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "weights.bin").write_bytes(b"weights")
+    data = write_rows(tmp_path / "rows.parquet", math_rows(3))
+    sampler = FakeSampler()
+    monkeypatch.setattr(runner, "load_sampler", lambda engine, model, sampling: sampler)
+    return {"model": model, "data": data, "out": tmp_path / "out", "sampler": sampler, "monkeypatch": monkeypatch}
+
+
+def run(s: dict, **kwargs) -> Path:
+    args = {"model": s["model"], "n": 4, "data": s["data"], "out": s["out"], "max_tokens": 16, "batch_size": 5,
+            "show_progress": False, "workers": 1}
+    return run_eval("aime24", **{**args, **kwargs})
+
+
+def records(out: Path) -> list[dict]:
+    return [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()[1:]]
+
+
+def test_outputs_and_summary(setup: dict) -> None:
+    out = run(setup)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["model"]["sha256"] == model_fingerprint(setup["model"])["sha256"]
+    assert summary["data"]["num_problems"] == 3 and len(summary["data"]["sha256"]) == 64
+    assert summary["sampling"] == {"protocol": "skywork", "n": 4, "temperature": 1.0, "top_p": 1.0, "max_tokens": 16,
+                                   "seed": 0, "overridden": ["n", "max_tokens"]}
+    assert summary["environment"]["or1"] and summary["started_at"] <= summary["finished_at"]
+    saved = records(out)
+    assert len(saved) == 12 and {r["reason"] for r in saved} <= {"correct", "wrong_answer"}
+    correct = sum(r["reason"] == "correct" for r in saved)
+    assert summary["metrics"]["estimates"]["avg@4"]["value"] == pytest.approx(correct / 12)
+    assert "maj@4" in summary["metrics"]["estimates"]
+    report = (out / "report.md").read_text()
+    assert "| avg@4 |" in report and report.count("/4 |") == 3
+
+
+def test_a_crashed_run_resumes_without_regenerating(setup: dict) -> None:
+    setup["sampler"].fail_on_call = 2
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run(setup)
+    first = records(setup["out"])
+    assert len(first) == 5  # the first batch was scored and flushed before the crash
+    resumed = FakeSampler()
+    setup["monkeypatch"].setattr(runner, "load_sampler", lambda *a: resumed)
+    out = run(setup)
+    assert resumed.prompts == 12 - 5
+    assert records(out)[:5] == first
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["samples_reused"], summary["samples_generated"]) == (5, 7)
+
+
+def test_a_complete_cache_loads_no_model_and_more_samples_extend_it(setup: dict) -> None:
+    run(setup)
+    setup["monkeypatch"].setattr(runner, "load_sampler", lambda *a: pytest.fail("model loaded for a cached run"))
+    run(setup)
+    more = FakeSampler()
+    setup["monkeypatch"].setattr(runner, "load_sampler", lambda *a: more)
+    run(setup, n=6)
+    assert more.prompts == 6
+
+
+def test_changed_settings_refuse_the_cache_unless_fresh(setup: dict) -> None:
+    run(setup)
+    with pytest.raises(UserError, match="temperature"):
+        run(setup, temperature=0.6)
+    fresh = FakeSampler()
+    setup["monkeypatch"].setattr(runner, "load_sampler", lambda *a: fresh)
+    run(setup, temperature=0.6, fresh=True)
+    assert fresh.prompts == 12
+
+
+def test_a_partial_last_line_is_dropped(setup: dict) -> None:
+    run(setup, n=2)
+    path = setup["out"] / "samples.jsonl"
+    path.write_text(path.read_text() + '{"problem_id": "0000-')  # killed mid-write
+    run(setup, n=2)
+    assert len(records(setup["out"])) == 6
+
+
+SIGKILL_SCRIPT = textwrap.dedent(
+    """
+    import os, signal, sys
+    from pathlib import Path
+    from or1.eval import runner
+    from or1.eval.generation import Completion
+
+    calls = []
+    def sampler(prompts, seed):
+        calls.append(len(prompts))
+        if len(calls) == 2:
+            os.kill(os.getpid(), signal.SIGKILL)
+        return [Completion("\\\\boxed{0}", 3, False) for _ in prompts]
+
+    runner.load_sampler = lambda *a: sampler
+    runner.run_eval("aime24", model=Path(sys.argv[1]), data=Path(sys.argv[2]), out=Path(sys.argv[3]), n=4,
+                    max_tokens=8, batch_size=4, show_progress=False, workers=1)
+    """
+)
+
+
+def test_a_sigkilled_run_resumes(setup: dict) -> None:
+    env = {**os.environ, "PYTHONPATH": str(Path(runner.__file__).parents[2])}
+    proc = subprocess.run(
+        [sys.executable, "-c", SIGKILL_SCRIPT, str(setup["model"]), str(setup["data"]), str(setup["out"])],
+        env=env, capture_output=True, timeout=120,
+    )
+    assert proc.returncode == -9, proc.stderr.decode()[-2000:]
+    assert len(records(setup["out"])) == 4
+    assert not (setup["out"] / "summary.json").exists()
+    out = run(setup, max_tokens=8, batch_size=4)
+    assert setup["sampler"].prompts == 8
+    assert len(records(out)) == 12
+
+
+def test_vllm_engine_without_vllm_names_the_extra(setup: dict) -> None:
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here")
+    setup["monkeypatch"].undo()
+    with pytest.raises(UserError, match="vllm extra"):
+        run(setup, engine="vllm")
+
+
+def test_unknown_engine_and_bad_limit(setup: dict) -> None:
+    with pytest.raises(UserError, match="engine"):
+        run(setup, engine="tpu")
+    with pytest.raises(UserError, match="limit"):
+        run(setup, max_problems=0)
+
+
+def test_evaluate_rows_for_training_validation() -> None:
+    rows = math_rows(2)
+
+    def generate(prompts: list, n: int) -> list[list[str]]:
+        assert n == 3 and prompts[1] == rows[1]["prompt"]
+        return [["\\boxed{1}", "\\boxed{1}", "no idea"], ["\\boxed{5}", "\\boxed{2}", "\\boxed{5}"]]
+
+    result = evaluate_rows(rows, generate, 3, workers=1)
+    est = result.metrics.estimates
+    assert est["avg@3"].value == pytest.approx((2 / 3 + 1 / 3) / 2)
+    assert est["pass@1"].value == pytest.approx(0.5)
+    assert est["maj@3"].value == pytest.approx(0.5)  # problem 2 votes "5" over the correct "2"
+    assert [r.reason for r in result.records][2] == "no_answer"
+    with pytest.raises(ValueError, match="3 responses"):
+        evaluate_rows(rows, lambda p, n: [["x"]] * 2, 3)
+
+
+def test_default_out_follows_the_run_layout() -> None:
+    from or1.eval.runner import default_out
+
+    assert default_out(Path("runs/exp1/stage2/final"), "aime24") == Path("runs/exp1/eval/aime24")
+    assert default_out(Path("/models/DeepSeek-R1-Distill-Qwen-7B/"), "aime24") == Path(
+        "runs/eval/DeepSeek-R1-Distill-Qwen-7B/aime24"
+    )

@@ -1,0 +1,60 @@
+"""Shared benchmark rows judged by the real rewards: code in the sandbox (both test forms), AIME golds as integers."""
+
+from __future__ import annotations
+
+import pytest
+
+from or1.eval.benchmarks import SHARED_BENCHMARKS, load_benchmark
+from or1.eval.runner import evaluate_rows
+
+pytestmark = pytest.mark.skipif(not SHARED_BENCHMARKS.is_dir(), reason="../shared/benchmarks is not present")
+
+STDIN_SOLUTION = """```python
+n = int(input())
+a = list(map(int, input().split()))
+print(a.index(sorted(a)[-2]) + 1)
+```"""
+
+CALL_SOLUTION = """```python
+from collections import deque
+from typing import List
+
+
+class Solution:
+    def shortestDistanceAfterQueries(self, n: int, queries: List[List[int]]) -> List[int]:
+        edges = [[i + 1] for i in range(n - 1)] + [[]]
+        answers = []
+        for u, v in queries:
+            edges[u].append(v)
+            dist = [0] + [-1] * (n - 1)
+            queue = deque([0])
+            while queue:
+                x = queue.popleft()
+                for y in edges[x]:
+                    if dist[y] < 0:
+                        dist[y] = dist[x] + 1
+                        queue.append(y)
+            answers.append(dist[-1])
+        return answers
+```"""
+
+
+def test_public_tests_accept_right_programs_and_reject_wrong_ones() -> None:
+    rows = load_benchmark("livecodebench").rows
+    stdin_row = rows[0]  # "which element is the second largest": stdin/stdout tests
+    call_row = next(r for r in rows if '"fn_name": "shortestDistanceAfterQueries"' in r["reward_model"]["ground_truth"])
+    responses = [[STDIN_SOLUTION, "```python\nprint(1)\n```"], [CALL_SOLUTION, "I cannot solve it."]]
+    result = evaluate_rows([stdin_row, call_row], lambda prompts, n: responses, 2, workers=2)
+    assert [r.reason for r in result.records] == ["correct", "wrong_output", "correct", "no_code"]
+    assert result.metrics.estimates["avg@2"].value == pytest.approx(0.5)
+    assert result.metrics.estimates["pass@1"].value == 1.0
+    assert "maj@2" not in result.metrics.estimates
+
+
+def test_aime_zero_padded_golds_and_majority_votes_compare_as_integers() -> None:
+    row = load_benchmark("aime24").rows[1]  # gold "025"
+    responses = [["\\boxed{25}", "\\boxed{025}", "\\boxed{24}", "the answer is 25"]]
+    result = evaluate_rows([row], lambda prompts, n: responses, 4, workers=1)
+    assert [r.reason for r in result.records] == ["correct", "correct", "wrong_answer", "correct"]
+    assert {r.answer for r in result.records} == {"25", "24"}  # "025" votes with "25"
+    assert result.metrics.estimates["maj@4"].value == 1.0
