@@ -96,6 +96,35 @@ def sandbox_check(
     Console().print(f"all {len(results)} sandbox checks passed on the {backend} backend")
 
 
+@app.command("eval")
+@user_errors
+def eval_command(
+    benchmark: Annotated[str, typer.Argument(help="aime24, aime25, math500, amc, livecodebench, or an or1-row file.")],
+    model: Annotated[Path, typer.Option(help="HF model folder to evaluate.")],
+    n: Annotated[int | None, typer.Option("--n", help="Samples per problem (default: the protocol's).")] = None,
+    protocol: Annotated[str, typer.Option(help="skywork, skywork-7b-script or deepseek-r1.")] = "skywork",
+    temperature: Annotated[float | None, typer.Option(help="Override the protocol's temperature.")] = None,
+    top_p: Annotated[float | None, typer.Option("--top-p", help="Override the protocol's top_p.")] = None,
+    max_tokens: Annotated[int | None, typer.Option(help="Override the protocol's response budget.")] = None,
+    data: Annotated[Path | None, typer.Option(help="Local file of the benchmark (else shared copy, else hub).")] = None,
+    engine: Annotated[str, typer.Option(help="hf (CPU or GPU) or vllm (GPU, the vllm extra).")] = "hf",
+    out: Annotated[Path | None, typer.Option(help="Output folder (default under runs/).")] = None,
+    seed: Annotated[int, typer.Option(help="Sampling and bootstrap seed.")] = 0,
+    limit: Annotated[int | None, typer.Option(help="Evaluate only the first N problems.")] = None,
+    workers: Annotated[int, typer.Option(help="Verifier processes / sandbox slots.")] = 2,
+    fresh: Annotated[bool, typer.Option(help="Discard cached samples made with other settings.")] = False,
+) -> None:
+    """Evaluate a model under a named protocol; resumes from cached samples after an interruption."""
+    from or1.eval.runner import run_eval
+
+    folder = run_eval(
+        benchmark, model=model, n=n, protocol=protocol, temperature=temperature, top_p=top_p,
+        max_tokens=max_tokens, data=data, engine=engine, out=out, seed=seed, max_problems=limit,
+        workers=workers, fresh=fresh,
+    )
+    Console().print(f"wrote {folder}/samples.jsonl, summary.json and report.md")
+
+
 @app.command()
 def doctor() -> None:
     """Report Python, torch, CUDA, vLLM, Ray, bubblewrap and Docker, and what each means for or1."""
