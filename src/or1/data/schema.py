@@ -44,13 +44,19 @@ def validate_row(row: dict[str, Any], where: str = "row") -> None:
     """Raise UserError naming the first field of `row` that breaks the or1 schema."""
     for key, kind in (("data_source", str), ("prompt", list), ("ability", str), ("reward_model", dict)):
         if not isinstance(row.get(key), kind):
-            raise UserError(f"{where}: field '{key}' must be a {kind.__name__}, got {type(row.get(key)).__name__}.")
+            raise UserError(
+                f"{where}: field '{key}' must be a {kind.__name__}, got {type(row.get(key)).__name__}."
+            )
     if row["ability"] not in ABILITIES:
         raise UserError(f"{where}: field 'ability' must be one of {ABILITIES}, got {row['ability']!r}.")
     if not row["prompt"]:
         raise UserError(f"{where}: field 'prompt' is empty; it must hold at least one chat message.")
     for i, message in enumerate(row["prompt"]):
-        if not isinstance(message, dict) or message.get("role") not in ROLES or not isinstance(message.get("content"), str):
+        if (
+            not isinstance(message, dict)
+            or message.get("role") not in ROLES
+            or not isinstance(message.get("content"), str)
+        ):
             raise UserError(f"{where}: prompt[{i}] must be {{role: one of {ROLES}, content: str}}.")
     truth = row["reward_model"].get("ground_truth")
     if not isinstance(truth, str):
@@ -67,14 +73,19 @@ def _validate_code_truth(truth: str, where: str) -> None:
     except json.JSONDecodeError as err:
         raise UserError(f"{where}: code ground_truth is not valid JSON ({err.msg}).") from None
     if not isinstance(tests, dict):
-        raise UserError(f"{where}: code ground_truth must be a JSON object (stdin/stdout, call-based or assert-based).")
-    tests = {k: v for k, v in tests.items() if v is not None}  # datasets.map pads heterogeneous dicts with None
+        raise UserError(
+            f"{where}: code ground_truth must be a JSON object (stdin/stdout, call-based or assert-based)."
+        )
+    # datasets.map pads heterogeneous dicts with None-valued keys: drop them before choosing the test form
+    tests = {k: v for k, v in tests.items() if v is not None}
     if "test_code" in tests:
         return
     if not isinstance(tests.get("inputs"), list) or not isinstance(tests.get("outputs"), list):
         raise UserError(f"{where}: code ground_truth needs 'inputs' and 'outputs' lists, or 'test_code'.")
     if len(tests["inputs"]) != len(tests["outputs"]):
-        raise UserError(f"{where}: code ground_truth has {len(tests['inputs'])} inputs but {len(tests['outputs'])} outputs.")
+        raise UserError(
+            f"{where}: code ground_truth has {len(tests['inputs'])} inputs but {len(tests['outputs'])} outputs."
+        )
 
 
 def write_rows(path: str | Path, rows: list[dict[str, Any]]) -> Path:
@@ -89,7 +100,9 @@ def read_rows(path: str | Path) -> list[dict[str, Any]]:
     """Read a parquet file of or1 rows, checking each one; a missing file or a bad row is a UserError."""
     path = Path(path)
     if not path.is_file():
-        raise UserError(f"Data file {path} does not exist; write it first (or1 prepare-data) or fix the path.")
+        raise UserError(
+            f"Data file {path} does not exist; write it first (or1 prepare-data) or fix the path."
+        )
     rows = pq.read_table(path).to_pylist()
     for i, row in enumerate(rows):
         validate_row(row, where=f"{path} row {i}")

@@ -106,25 +106,36 @@ FAMILIES: tuple[_Family, ...] = (
             + (f"are '{ch}'." if same else f"are not '{ch}'.")
         ),
         lambda ch, same: (
-            "s = input().strip()\n" + (f"print(s.count({ch!r}))\n" if same else f"print(len(s) - s.count({ch!r}))\n")
+            "s = input().strip()\n"
+            + (f"print(s.count({ch!r}))\n" if same else f"print(len(s) - s.count({ch!r}))\n")
         ),
         lambda r, ch, _: "".join(r.choice("abcde" + ch) for _ in range(r.randint(1, 20))) + "\n",
-        lambda text, ch, same: f"{text.strip().count(ch) if same else len(text.strip()) - text.strip().count(ch)}\n",
+        lambda text, ch, same: (
+            f"{text.strip().count(ch) if same else len(text.strip()) - text.strip().count(ch)}\n"
+        ),
     ),
     _Family(
         "words",
-        lambda r: (r.choice(["reversed", "sorted", "original"]), r.choice(["lower", "upper", "capitalize"]), r.choice(" ,-+")),
+        lambda r: (
+            r.choice(["reversed", "sorted", "original"]),
+            r.choice(["lower", "upper", "capitalize"]),
+            r.choice(" ,-+"),
+        ),
         lambda order, case, sep: (
             f"The input is one line of words separated by spaces. Print the words in {order} order, each converted "
             f"with str.{case}(), joined by '{sep}'."
         ),
         lambda order, case, sep: (
             "words = input().split()\n"
-            + {"reversed": "words = words[::-1]\n", "sorted": "words = sorted(words)\n", "original": ""}[order]
+            + {"reversed": "words = words[::-1]\n", "sorted": "words = sorted(words)\n", "original": ""}[
+                order
+            ]
             + f"print({sep!r}.join(w.{case}() for w in words))\n"
         ),
         lambda r, *_: " ".join(_word(r) for _ in range(r.randint(1, 5))) + "\n",
-        lambda text, order, case, sep: sep.join(getattr(w, case)() for w in _order(text.split(), order)) + "\n",
+        lambda text, order, case, sep: (
+            sep.join(getattr(w, case)() for w in _order(text.split(), order)) + "\n"
+        ),
     ),
 )
 
@@ -168,5 +179,10 @@ def code_row(task: CodeTask, index: int, split: str) -> dict[str, Any]:
         prompt=[{"role": "user", "content": f"{task.statement}\n\n{CODE_INSTRUCTION}"}],
         ability="code",
         ground_truth={"inputs": list(task.inputs), "outputs": list(task.outputs)},
-        extra_info={"index": index, "split": split, "family": task.family, "reference_solution": task.solution},
+        extra_info={
+            "index": index,
+            "split": split,
+            "family": task.family,
+            "reference_solution": task.solution,
+        },
     )

@@ -14,7 +14,9 @@ from typing import Any
 from or1.data.schema import make_row
 
 MATH_SOURCE = "tiny-math-arith"
-VALIDATION_SEED = 314159  # the validation set is fixed, whatever seed trains: results stay comparable across runs
+VALIDATION_SEED = (
+    314159  # the validation set is fixed, whatever seed trains: results stay comparable across runs
+)
 VALIDATION_OPS = (3, 4, 5, 6)
 VALIDATION_PER_OPS = 50
 
@@ -83,7 +85,9 @@ def validation_problems() -> list[ArithmeticProblem]:
     return problems
 
 
-def problem_stream(seed: int, ops: Iterable[int], exclude: set[str] | None = None) -> Iterator[ArithmeticProblem]:
+def problem_stream(
+    seed: int, ops: Iterable[int], exclude: set[str] | None = None
+) -> Iterator[ArithmeticProblem]:
     """Endless problems with operand counts drawn uniformly from `ops`, skipping expressions in `exclude`."""
     rng = random.Random(seed)
     choices = list(ops)
@@ -99,7 +103,9 @@ def distinct_problems(seed: int, size: int, ops: Iterable[int]) -> list[Arithmet
     ops = list(ops)
     capacity = sum(9**n * 2 ** (n - 1) for n in ops)  # distinct expressions available
     if size > capacity // 2:
-        raise ValueError(f"asked for {size} distinct problems with {ops} operands; at most {capacity // 2} allowed")
+        raise ValueError(
+            f"asked for {size} distinct problems with {ops} operands; at most {capacity // 2} allowed"
+        )
     rng = random.Random(seed)
     seen = {p.expression for p in validation_problems()}
     problems: list[ArithmeticProblem] = []

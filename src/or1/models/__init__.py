@@ -1,0 +1,1 @@
+"""Models of the tiny world (tokenizer, Qwen2 build, warm start) and loading of any HF causal LM."""

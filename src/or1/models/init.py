@@ -1,0 +1,182 @@
+"""Build the tiny world's base model: tokenizer, Qwen2 model, warm start, save, and measure its solve rate.
+
+Deterministic from the seed (the warm start runs a fixed number of steps). The saved folder is a plain Hugging Face
+model folder; load it with or1.models.loading (or AutoModelForCausalLM + PreTrainedTokenizerFast).
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import torch
+from rich.console import Console
+from rich.table import Table
+from transformers import PreTrainedTokenizerBase
+from transformers.utils import logging as hf_logging
+
+from or1.data.synthetic import math_validation_rows
+from or1.data.synthetic_math import problem_stream
+from or1.engines.hf_rollout import HFRolloutEngine
+from or1.errors import UserError
+from or1.models.loading import OR1_TINY_MARKER, load_causal_lm, load_tokenizer
+from or1.models.solve_rate import SolveRate, measure_solve_rate
+from or1.models.tiny import TinyModelSpec, build_tiny_model, count_parameters
+from or1.models.tokenizer import train_tokenizer
+from or1.models.warmstart import SFTConfig, SFTReport, prompt_ids, warm_start
+
+REPORT_FILE = "or1_init_report.json"
+
+
+@dataclass(frozen=True)
+class LengthStats:
+    """Token counts of gold responses (eos included) for one operand count."""
+
+    mean: float
+    max: int
+
+
+@dataclass(frozen=True)
+class InitReport:
+    """What init_tiny_model built and how well the base model solves the validation split."""
+
+    out_dir: str
+    seed: int
+    parameters: int
+    vocab_size: int
+    sft: SFTReport
+    solve_rate: SolveRate
+    gold_lengths: dict[int, LengthStats]
+    prompt_length_max: int
+    seconds: float
+    cpu_seconds: float  # this process's CPU time: the wall time an idle machine would need at one thread
+    threads: int
+    settings: dict = field(default_factory=dict)
+
+
+def init_tiny_model(
+    out_dir: str | Path,
+    seed: int = 0,
+    *,
+    sft_steps: int = 400,
+    batch_size: int = 32,
+    lr: float = 2.5e-3,
+    eval_samples: int = 5,
+    eval_max_new_tokens: int = 96,
+    threads: int = 1,
+    overwrite: bool = False,
+    console: Console | None = None,
+) -> InitReport:
+    """Train the tiny tokenizer and model, warm-start it for `sft_steps`, save it to `out_dir`, report solve rates.
+
+    The solve rate is measured on the fixed math validation split (200 problems, 3..6 operands) with
+    `eval_samples` samples per problem at temperature 1.0, after reloading the saved folder, so the number
+    describes exactly what was written. The default 400 steps (~3 min on 2 shared cores) gave 38.8% for seed 0,
+    18.6% for seed 1 and 23.6% for seed 2. One torch thread is the default: a second one gains little on the tiny
+    model and, when other processes hold the cores, spinning threads slowed it tenfold. Writes or1_init_report.json.
+    """
+    console = console or Console()
+    out = Path(out_dir)
+    if out.exists() and any(out.iterdir()) and not overwrite:
+        raise UserError(f"{out} already exists and is not empty; choose another --out or pass --overwrite.")
+    if sft_steps < 1 or eval_samples < 1 or threads < 1:
+        raise UserError("sft_steps, eval_samples and threads must each be at least 1.")
+    previous_threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    hf_logging.disable_progress_bar()  # its tqdm bars for one tiny shard would clutter the rich output
+    start, cpu_start = time.perf_counter(), time.process_time()
+    try:
+        tokenizer = train_tokenizer(_tokenizer_corpus(seed))
+        model = build_tiny_model(tokenizer, seed)
+        sft = warm_start(
+            model, tokenizer, seed, SFTConfig(steps=sft_steps, batch_size=batch_size, lr=lr), console
+        )
+        model.config.__dict__[OR1_TINY_MARKER] = True  # lets load_tokenizer pick the explicit tokenizer path
+        out.mkdir(parents=True, exist_ok=True)
+        model.save_pretrained(out)
+        tokenizer.save_pretrained(out, save_jinja_files=False)  # chat template inside tokenizer_config.json
+        model, tokenizer = load_causal_lm(out), load_tokenizer(out)
+        rows = math_validation_rows()
+        rate = measure_solve_rate(
+            HFRolloutEngine(model, tokenizer),
+            tokenizer,
+            rows,
+            samples=eval_samples,
+            max_new_tokens=eval_max_new_tokens,
+            seed=seed,
+        )
+        report = InitReport(
+            out_dir=str(out),
+            seed=seed,
+            parameters=count_parameters(model),
+            vocab_size=len(tokenizer),
+            sft=sft,
+            solve_rate=rate,
+            gold_lengths=gold_length_stats(tokenizer, seed),
+            prompt_length_max=max(len(prompt_ids(tokenizer, list(r["prompt"]))) for r in rows),
+            seconds=time.perf_counter() - start,
+            cpu_seconds=time.process_time() - cpu_start,
+            threads=threads,
+            settings={
+                "sft_steps": sft_steps,
+                "batch_size": batch_size,
+                "lr": lr,
+                "eval_samples": eval_samples,
+                "eval_max_new_tokens": eval_max_new_tokens,
+                "spec": asdict(TinyModelSpec()),
+            },
+        )
+    finally:
+        torch.set_num_threads(previous_threads)
+        hf_logging.enable_progress_bar()
+    (out / REPORT_FILE).write_text(json.dumps(asdict(report), indent=2) + "\n")
+    _print_report(console, report)
+    return report
+
+
+def _tokenizer_corpus(seed: int, size: int = 4000) -> list[str]:
+    """Chat-formatted solved problems: the text the tiny model reads and writes."""
+    texts = []
+    for p in itertools.islice(problem_stream(seed, range(2, 7)), size):
+        texts.append(
+            f"<|im_start|>user\n{p.prompt}<|im_end|>\n<|im_start|>assistant\n{p.solution}<|im_end|>\n"
+        )
+    return texts
+
+
+def gold_length_stats(
+    tokenizer: PreTrainedTokenizerBase, seed: int, per_ops: int = 500
+) -> dict[int, LengthStats]:
+    """Gold response lengths in tokens (eos included) per operand count 2..6, from `per_ops` sampled problems each."""
+    stats = {}
+    for num_ops in range(2, 7):
+        problems = itertools.islice(problem_stream(seed + num_ops, [num_ops], exclude=set()), per_ops)
+        lengths = [
+            len(tokenizer(p.solution + tokenizer.eos_token, add_special_tokens=False)["input_ids"])
+            for p in problems
+        ]
+        stats[num_ops] = LengthStats(mean=round(statistics.mean(lengths), 1), max=max(lengths))
+    return stats
+
+
+def _print_report(console: Console, report: InitReport) -> None:
+    rate = report.solve_rate
+    table = Table(title=f"tiny base model: {report.out_dir}")
+    for column in ("operands", "solve rate", "gold tokens mean / max"):
+        table.add_column(column)
+    for num_ops, stats in report.gold_lengths.items():
+        solved = f"{rate.by_num_ops[num_ops]:.1%}" if num_ops in rate.by_num_ops else "-"
+        table.add_row(str(num_ops), solved, f"{stats.mean} / {stats.max}")
+    table.add_row("all", f"{rate.overall:.1%}", "")
+    console.print(table)
+    console.print(
+        f"{report.parameters / 1e6:.2f}M parameters, vocabulary {report.vocab_size}; warm start {report.sft.steps} "
+        f"steps in {report.sft.seconds:.0f} s (loss {report.sft.final_loss:.3f}); base solve rate "
+        f"[bold]{rate.overall:.1%}[/bold] at T=1.0 ({rate.samples_per_problem} samples x {rate.problems} problems, "
+        f"{rate.truncated:.1%} truncated); total {report.seconds:.0f} s ({report.cpu_seconds:.0f} s CPU) on "
+        f"{report.threads} thread(s)."
+    )

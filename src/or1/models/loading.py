@@ -1,0 +1,54 @@
+"""Load a tokenizer and causal LM from a local folder or hub id, the same way everywhere in or1."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from transformers import (
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    PreTrainedModel,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+from or1.errors import UserError
+
+OR1_TINY_MARKER = "or1_tiny"  # key in config.json that init_tiny_model writes
+
+
+def is_or1_tiny(path: str | Path) -> bool:
+    """True when `path` is a folder written by init_tiny_model."""
+    config = Path(path) / "config.json"
+    if not config.is_file():
+        return False
+    return bool(json.loads(config.read_text()).get(OR1_TINY_MARKER, False))
+
+
+def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
+    """The tokenizer of a model folder or hub id.
+
+    An or1 tiny folder is loaded as a plain PreTrainedTokenizerFast from its tokenizer.json: transformers 5 swaps in
+    Qwen2's own pre-tokenizer regex when AutoTokenizer sees a qwen2 config beside it, which is not the split the
+    tiny model was trained on.
+    """
+    folder = Path(path)
+    if is_or1_tiny(folder):
+        if not (folder / "tokenizer.json").is_file():
+            raise UserError(f"{folder} has no tokenizer.json; rebuild it with `or1 init-model`.")
+        return PreTrainedTokenizerFast.from_pretrained(str(folder))
+    try:
+        return AutoTokenizer.from_pretrained(str(path))
+    except OSError as err:
+        raise UserError(f"Cannot load a tokenizer from {path}: {err}") from None
+
+
+def load_causal_lm(path: str | Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
+    """A causal LM from a model folder or hub id, in `dtype`, in eval mode."""
+    try:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    except OSError as err:
+        raise UserError(f"Cannot load a model from {path}: {err}") from None
+    return model.eval()

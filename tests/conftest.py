@@ -1,0 +1,35 @@
+"""Shared fixtures: one tiny world per test run, built in pytest's tmp dirs (nothing cached elsewhere)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+
+# One intra-op thread: the tiny model gains little from a second one, and on a shared 2-core machine spinning OpenMP
+# threads slowed the engine tests tenfold when other processes held the cores.
+torch.set_num_threads(1)
+
+# A shorter warm start than the preset's keeps the session setup near 40 s; it still solves some 3-4 operand tasks.
+TEST_SFT_STEPS = 120
+
+
+@pytest.fixture(scope="session")
+def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A tiny base model folder built once per test run (its init report is in or1_init_report.json)."""
+    from or1.models.init import init_tiny_model
+
+    out = tmp_path_factory.mktemp("tiny_model")
+    init_tiny_model(out, seed=0, sft_steps=TEST_SFT_STEPS, eval_samples=2, overwrite=True)
+    return out
+
+
+@pytest.fixture(scope="session")
+def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The tiny dataset (math and code, train and validation parquet files), written once per test run."""
+    from or1.data.synthetic import write_tiny_dataset
+
+    out = tmp_path_factory.mktemp("tiny_data")
+    write_tiny_dataset(out, seed=0, math_train_size=400, code_train_size=50, code_validation_size=25)
+    return out

@@ -1,0 +1,83 @@
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+from tokenizers import Tokenizer
+
+from or1.errors import UserError
+from or1.models.init import REPORT_FILE, init_tiny_model
+from or1.models.loading import is_or1_tiny, load_causal_lm, load_tokenizer
+
+
+def test_folder_is_a_standard_hf_model(tiny_model_dir):
+    names = {p.name for p in tiny_model_dir.iterdir()}
+    assert {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+        REPORT_FILE,
+    } <= names
+    assert "chat_template" in json.loads((tiny_model_dir / "tokenizer_config.json").read_text())
+    assert json.loads((tiny_model_dir / "config.json").read_text())["model_type"] == "qwen2"
+    assert is_or1_tiny(tiny_model_dir)
+
+
+def test_loads_offline_with_plain_transformers(tiny_model_dir):
+    script = (
+        "import sys, torch\n"
+        "from transformers import AutoModelForCausalLM, PreTrainedTokenizerFast\n"
+        "d = sys.argv[1]\n"
+        "m = AutoModelForCausalLM.from_pretrained(d)\n"
+        "t = PreTrainedTokenizerFast(tokenizer_file=d + '/tokenizer.json')\n"
+        "ids = torch.tensor([t('Compute 1+2.')['input_ids']])\n"
+        "print(m(ids).logits.shape[-1], len(t))\n"
+    )
+    env = {**os.environ, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+    out = subprocess.run(
+        [sys.executable, "-c", script, str(tiny_model_dir)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+        check=True,
+    )
+    vocab_logits, vocab_tokenizer = map(int, out.stdout.split())
+    assert vocab_logits == vocab_tokenizer
+
+
+def test_loaders_keep_the_digit_split_and_chat_template(tiny_model_dir):
+    tokenizer = load_tokenizer(tiny_model_dir)
+    assert len(tokenizer("123", add_special_tokens=False)["input_ids"]) == 3
+    assert tokenizer.eos_token == "<|im_end|>"
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "hi"}], tokenize=False, add_generation_prompt=True
+    )
+    assert text.endswith("<|im_start|>assistant\n")
+    raw = Tokenizer.from_file(str(tiny_model_dir / "tokenizer.json"))
+    sample = "Compute 12-345.\n  def f(x): return {'a': x}  # done!"
+    assert tokenizer(sample, add_special_tokens=False)["input_ids"] == raw.encode(sample).ids
+    model = load_causal_lm(tiny_model_dir)
+    assert not model.training
+
+
+def test_report_shows_a_model_that_solves_some_tasks(tiny_model_dir):
+    report = json.loads((tiny_model_dir / REPORT_FILE).read_text())
+    rate = report["solve_rate"]
+    assert 0 < rate["overall"] < 1
+    assert set(rate["by_num_ops"]) == {"3", "4", "5", "6"}
+    assert rate["problems"] == 200
+    lengths = report["gold_lengths"]
+    assert [lengths[str(n)]["max"] for n in range(2, 7)] == sorted(
+        lengths[str(n)]["max"] for n in range(2, 7)
+    )
+    assert 1.6e6 < report["parameters"] < 1.8e6
+
+
+def test_refuses_to_overwrite_a_folder(tmp_path):
+    (tmp_path / "keep.txt").write_text("mine")
+    with pytest.raises(UserError, match="not empty"):
+        init_tiny_model(tmp_path, sft_steps=1)

@@ -1,0 +1,41 @@
+import pytest
+import torch
+
+from or1.data.synthetic_math import ArithmeticProblem
+from or1.models.init import _tokenizer_corpus
+from or1.models.tiny import build_tiny_model, count_parameters
+from or1.models.tokenizer import train_tokenizer
+from or1.models.warmstart import IGNORE_INDEX, SFTConfig, lr_factor, sft_batch
+
+
+@pytest.fixture(scope="module")
+def tokenizer():
+    return train_tokenizer(_tokenizer_corpus(seed=0, size=2000))
+
+
+def test_lr_schedule_warms_up_then_decays_to_a_tenth():
+    cfg = SFTConfig(steps=200, warmup_steps=30)
+    factors = [lr_factor(step, cfg) for step in range(cfg.steps)]
+    assert factors[0] == pytest.approx(1 / 30)
+    assert factors[29] == pytest.approx(1.0)
+    assert all(a >= b for a, b in zip(factors[29:], factors[30:], strict=False))
+    assert factors[-1] == pytest.approx(0.1)
+
+
+def test_sft_batch_trains_on_the_response_only(tokenizer):
+    problems = [ArithmeticProblem((3, 4), ("+",)), ArithmeticProblem((1, 2, 3), ("-", "+"))]
+    batch = sft_batch(tokenizer, problems)
+    for i, problem in enumerate(problems):
+        kept = batch["labels"][i][batch["labels"][i] != IGNORE_INDEX].tolist()
+        assert tokenizer.decode(kept) == problem.solution + tokenizer.eos_token
+        ids = batch["input_ids"][i][batch["attention_mask"][i].bool()].tolist()
+        assert tokenizer.decode(ids).startswith("<|im_start|>user\n" + problem.prompt)
+    assert (batch["labels"][batch["attention_mask"] == 0] == IGNORE_INDEX).all()
+
+
+def test_tiny_model_size(tokenizer):
+    model = build_tiny_model(tokenizer, seed=0)
+    assert 1.6e6 < count_parameters(model) < 1.8e6
+    assert model.config.tie_word_embeddings and model.config.eos_token_id == tokenizer.eos_token_id
+    again = build_tiny_model(tokenizer, seed=0)
+    assert torch.equal(model.model.embed_tokens.weight, again.model.embed_tokens.weight)
