@@ -45,6 +45,44 @@ RecipeOpt = Annotated[str, typer.Option("--recipe", "-r", help="Recipe YAML path
 SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a config key: section.key=value.")]
 
 
+PresetOpt = Annotated[str, typer.Option(help="Which world to build; only `tiny` (offline, CPU) exists.")]
+
+
+def _check_preset(preset: str) -> None:
+    if preset != "tiny":
+        raise UserError(f"unknown preset {preset!r}: the only preset is tiny")
+
+
+@app.command("init-model")
+@user_errors
+def init_model(
+    out: Annotated[Path, typer.Option(help="Folder for the Hugging Face model (safetensors + tokenizer).")],
+    preset: PresetOpt = "tiny",
+    seed: Annotated[int, typer.Option(help="Seed of the tokenizer corpus, weights and SFT data.")] = 0,
+    sft_steps: Annotated[int, typer.Option(help="Warm-start SFT steps (more steps: a stronger base model).")] = 400,
+    overwrite: Annotated[bool, typer.Option(help="Replace an existing model folder.")] = False,
+) -> None:
+    """Build the tiny base model (tokenizer, Qwen2 model, SFT warm start) and print its base solve rate."""
+    from or1.models.init import init_tiny_model
+
+    _check_preset(preset)
+    init_tiny_model(out, seed, sft_steps=sft_steps, overwrite=overwrite)
+
+
+@app.command("prepare-data")
+@user_errors
+def prepare_data(
+    out: Annotated[Path, typer.Option(help="Folder for the train / validation parquet files.")],
+    preset: PresetOpt = "tiny",
+    seed: Annotated[int, typer.Option(help="Seed of the training tasks (validation sets are fixed).")] = 0,
+) -> None:
+    """Write the tiny world's math and code tasks as or1-row parquet files."""
+    from or1.data.synthetic import write_tiny_dataset
+
+    _check_preset(preset)
+    write_tiny_dataset(out, seed)
+
+
 @config_app.command("show")
 @user_errors
 def config_show(
