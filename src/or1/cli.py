@@ -98,6 +98,22 @@ def config_show(
 
 @app.command()
 @user_errors
+def train(
+    recipe: RecipeOpt,
+    stage: Annotated[str, typer.Option("--stage", "-s", help="Stage number (1-based) or name.")] = "1",
+    run_dir: Annotated[Path | None, typer.Option(help="Run directory (default runs/<recipe name>).")] = None,
+    overrides: SetOpt = None,
+    resume: Annotated[str, typer.Option(help="auto: continue from the newest complete checkpoint; never.")] = "auto",
+    ray_address: Annotated[str | None, typer.Option(help="Join this Ray cluster (e.g. auto); default: local.")] = None,
+) -> None:
+    """Train one stage of a recipe with GRPO / MAGIC in the HybridFlow design (Ray worker groups, FSDP2)."""
+    from or1.trainer.run import run_train
+
+    run_train(recipe, stage, run_dir, overrides or [], resume, ray_address)
+
+
+@app.command()
+@user_errors
 def score(
     input: Annotated[Path, typer.Argument(help="jsonl or parquet of or1 rows with a `response` field.")],
     output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the scored rows (jsonl / parquet).")],

@@ -1,0 +1,117 @@
+"""The training prompt loader: or1 rows -> chat-templated prompt ids, shuffled per epoch, resumable.
+
+Each step takes the next `batch_size` prompts of the current epoch's permutation (drawn from the seed and the epoch
+number, so a resumed run sees exactly the same order); a partial tail starts the next epoch. Prompts longer than
+max_prompt_length tokens are dropped once, at load time, and counted.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from transformers import PreTrainedTokenizerBase
+
+from or1.data.schema import read_rows, validate_row
+from or1.errors import UserError
+from or1.hybrid.batch import Batch
+
+
+def read_prompt_rows(path: str | Path) -> list[dict[str, Any]]:
+    """or1 rows from a .parquet or .jsonl file (checked against the row schema)."""
+    path = Path(path)
+    if path.suffix == ".parquet":
+        return read_rows(path)
+    if path.suffix in (".jsonl", ".json"):
+        if not path.is_file():
+            raise UserError(f"Data file {path} does not exist; write it first (or1 prepare-data) or fix the path.")
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        for i, row in enumerate(rows):
+            validate_row(row, where=f"{path} line {i + 1}")
+        return rows
+    raise UserError(f"{path}: training files must be .parquet or .jsonl or1 rows (prepare hub datasets first)")
+
+
+def prompt_key(row: dict[str, Any]) -> str:
+    """A stable id of a prompt (its messages), shared across stages: what per-prompt solve counts are keyed by."""
+    text = json.dumps(list(row["prompt"]), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+def encode_prompt(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, str]]) -> list[int]:
+    """Chat template with the assistant header appended, then token ids (no extra special tokens)."""
+    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+@dataclass
+class LoaderState:
+    """Where the loader stands: restored on resume."""
+
+    epoch: int = 0
+    position: int = 0  # prompts of this epoch's permutation already handed out
+
+
+class PromptLoader:
+    """Batches of prompts (non-tensor columns: prompt_ids, uid, prompt_key, ability, reward_model, data_source)."""
+
+    def __init__(
+        self,
+        files: Sequence[str | Path],
+        tokenizer: PreTrainedTokenizerBase,
+        *,
+        batch_size: int,
+        max_prompt_length: int,
+        seed: int,
+        shuffle: bool = True,
+        keep_keys: set[str] | None = None,
+    ):
+        rows = [row for f in files for row in read_prompt_rows(f)]
+        if keep_keys is not None:  # online filtering between stages keeps only these prompts
+            rows = [r for r in rows if prompt_key(r) in keep_keys]
+        encoded = [(row, encode_prompt(tokenizer, row["prompt"])) for row in rows]
+        self.too_long = sum(len(ids) > max_prompt_length for _, ids in encoded)
+        self.rows = [(row, ids) for row, ids in encoded if len(ids) <= max_prompt_length]
+        if len(self.rows) < batch_size:
+            raise UserError(
+                f"only {len(self.rows)} usable prompts in {', '.join(map(str, files))} ({self.too_long} longer than "
+                f"data.max_prompt_length={max_prompt_length}); trainer.batch_size is {batch_size}"
+            )
+        self.batch_size, self.seed, self.shuffle = batch_size, seed, shuffle
+        self.state = LoaderState()
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def _order(self, epoch: int) -> np.ndarray:
+        if not self.shuffle:
+            return np.arange(len(self.rows))
+        return np.random.default_rng([self.seed, epoch]).permutation(len(self.rows))
+
+    def next_batch(self, step: int) -> Batch:
+        """The next batch_size prompts; meta carries the step and seed (the rollout's sampling seed derives from it)."""
+        if self.state.position + self.batch_size > len(self.rows):
+            self.state = LoaderState(epoch=self.state.epoch + 1, position=0)
+        order = self._order(self.state.epoch)[self.state.position : self.state.position + self.batch_size]
+        self.state.position += self.batch_size
+        picked = [self.rows[i] for i in order]
+        columns = {
+            "prompt_ids": [ids for _, ids in picked],
+            "uid": [f"{step}-{j}" for j in range(len(picked))],  # one GRPO group per prompt of this step
+            "prompt_key": [prompt_key(row) for row, _ in picked],
+            "ability": [row["ability"] for row, _ in picked],
+            "reward_model": [dict(row["reward_model"]) for row, _ in picked],
+            "data_source": [row["data_source"] for row, _ in picked],
+        }
+        return Batch.from_dict(columns, meta={"step": step, "seed": self.seed})
+
+    def state_dict(self) -> dict[str, int]:
+        return {"epoch": self.state.epoch, "position": self.state.position}
+
+    def load_state_dict(self, state: dict[str, int]) -> None:
+        self.state = LoaderState(epoch=int(state["epoch"]), position=int(state["position"]))

@@ -1,0 +1,117 @@
+"""The controller's training loop: one stage of GRPO / MAGIC, reading like the step in DESIGN.md.
+
+The controller holds no weights: it moves Batches between the actor/rollout worker group and the reward worker
+group, and keeps the small state of the algorithm (step, data position, entropy controller, prompt statistics),
+which goes into every checkpoint with the workers' model, optimizer and RNG states.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from or1.algos.entropy_control import AdaptiveEntropyController
+from or1.algos.filters import PromptStats
+from or1.config.schema import RunConfig
+from or1.hybrid.worker_group import WorkerGroup
+from or1.trainer import checkpoint as ckpt
+from or1.trainer.data import PromptLoader
+from or1.trainer.metrics import MetricsLogger, PhaseTimer
+from or1.trainer.phases import (
+    add_advantages,
+    rejection_sample,
+    rollout_metrics,
+    sampled_entropy,
+    step_metrics,
+    truncation_policy,
+)
+from or1.workers.reward import REWARD_COLUMNS
+
+LOG_PROB_COLUMNS = ("input_ids", "attention_mask", "responses", "response_mask")
+UPDATE_COLUMNS = (*LOG_PROB_COLUMNS, "old_log_probs", "advantages")
+
+
+@dataclass
+class Trainer:
+    """Everything the loop touches: worker groups, data, algorithm state, sinks."""
+
+    cfg: RunConfig
+    actor: WorkerGroup  # ActorRolloutRefWorker on every data-parallel rank
+    rewards: WorkerGroup  # RewardWorker(s), in their own processes
+    loader: PromptLoader
+    entropy: AdaptiveEntropyController
+    checkpoints: ckpt.CheckpointManager
+    logger: MetricsLogger
+    prompt_stats: PromptStats = field(default_factory=PromptStats)
+    step: int = 0  # steps of this stage completed
+
+
+def train(t: Trainer) -> None:
+    """Run the stage from t.step to trainer.steps, checkpointing every save_every steps and at the end."""
+    cfg, algo = t.cfg, t.cfg.algorithm
+    while t.step < cfg.trainer.steps:
+        step, timer = t.step + 1, PhaseTimer()
+        with timer("generate"):
+            batch = t.actor.generate_sequences(t.loader.next_batch(step))
+        with timer("reward"):
+            batch = truncation_policy(batch.union(t.rewards.compute_scores(batch.only(REWARD_COLUMNS))), algo)
+        t.prompt_stats.update(batch.non_tensor["prompt_key"], batch.tensors["rewards"])
+        sampled = batch
+        batch, rejection = rejection_sample(batch, algo, multiple=t.actor.world_size)
+        if rejection.skip:
+            _finish_step(t, step, {"skipped": 1.0, **rollout_metrics(sampled, rejection), **timer.metrics()})
+            continue
+        with timer("old_log_prob"):
+            batch = batch.union(t.actor.compute_log_prob(batch.only(LOG_PROB_COLUMNS)))
+        if algo.kl.enabled:
+            with timer("ref_log_prob"):
+                batch = batch.union(t.actor.compute_ref_log_prob(batch.only(LOG_PROB_COLUMNS)))
+        batch = add_advantages(batch, algo)
+        alpha = t.entropy.step(sampled_entropy(batch))
+        with timer("update"):
+            update = t.actor.update_actor(batch.only(_update_columns(cfg)), entropy_coef=alpha)[0]
+        _finish_step(t, step, step_metrics(sampled, rejection, batch, update, t.entropy.metrics(), timer.metrics()))
+
+
+def _finish_step(t: Trainer, step: int, metrics: dict[str, float]) -> None:
+    """Advance, log, and checkpoint on schedule (the last step always checkpoints)."""
+    t.step = step
+    t.logger.log(step, metrics)
+    if step % t.cfg.trainer.save_every == 0 or step == t.cfg.trainer.steps:
+        save(t)
+
+
+def _update_columns(cfg: RunConfig) -> tuple[str, ...]:
+    kl = cfg.algorithm.kl
+    return (*UPDATE_COLUMNS, "ref_log_probs") if kl.enabled and not kl.in_reward else UPDATE_COLUMNS
+
+
+def save(t: Trainer) -> Path:
+    """Workers write model / optimizer / RNG into a .tmp folder, then the controller commits it atomically."""
+    folder = t.checkpoints.begin(t.step)
+    t.actor.save_checkpoint(str(folder))
+    return t.checkpoints.commit(folder, t.step, controller_state(t))
+
+
+def controller_state(t: Trainer) -> dict[str, Any]:
+    return {
+        "step": t.step,
+        "loader": t.loader.state_dict(),
+        "entropy": t.entropy.state_dict(),
+        "prompt_stats": {"attempts": dict(t.prompt_stats.attempts), "solved": dict(t.prompt_stats.solved)},
+        "rng": ckpt.controller_rng_state(),
+    }
+
+
+def restore(t: Trainer, folder: Path) -> None:
+    """Load a checkpoint into the workers and the controller; the metrics file is cut back to its step."""
+    state = ckpt.load_controller_state(folder)
+    t.actor.load_checkpoint(str(folder))
+    t.step = int(state["step"])
+    t.loader.load_state_dict(state["loader"])
+    t.entropy.load_state_dict(state["entropy"])
+    t.prompt_stats.attempts = dict(state["prompt_stats"]["attempts"])
+    t.prompt_stats.solved = dict(state["prompt_stats"]["solved"])
+    ckpt.restore_controller_rng(state["rng"])
+    t.logger.truncate_after(t.step)

@@ -1,0 +1,106 @@
+"""The controller-side phases of a training step: pure Batch -> Batch transforms, no workers, no weights.
+
+Each function is one line of the loop in loop.py; they are small so the loop reads like DESIGN.md's step and each
+phase is tested on hand-made batches.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from or1.algos.advantages import AdvantageInputs, AdvantageParams, compute_advantages, scores_to_token_rewards
+from or1.algos.entropy_control import entropy_estimate
+from or1.algos.filters import RejectionStats, rejection_keep_indices
+from or1.algos.losses import kl_penalty
+from or1.algos.truncation import apply_truncation_policy
+from or1.config.schema import AlgorithmConfig
+from or1.hybrid.batch import Batch
+
+
+def truncation_policy(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
+    """`rewards` and the loss mask after the truncated-response policy (zero_reward or mask)."""
+    rewards, mask = apply_truncation_policy(
+        batch.tensors["scores"], batch.tensors["truncated"], batch.tensors["response_mask"], algorithm.truncated
+    )
+    return Batch({**batch.tensors, "rewards": rewards, "response_mask": mask}, batch.non_tensor, batch.meta)
+
+
+def rejection_sample(batch: Batch, algorithm: AlgorithmConfig, multiple: int) -> tuple[Batch, RejectionStats]:
+    """Keep informative groups (reward variance > 0), trimmed to a multiple of the data-parallel size."""
+    keep, stats = rejection_keep_indices(
+        batch.tensors["rewards"], batch.non_tensor["uid"], multiple=multiple, drop_equal=algorithm.rejection_sampling
+    )
+    return batch.select(keep), stats
+
+
+def add_advantages(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
+    """Per-token `advantages` (and `returns`) from the estimator the config names (GRPO by default)."""
+    mask = batch.tensors["response_mask"]
+    token_rewards = scores_to_token_rewards(batch.tensors["rewards"], mask)
+    kl = algorithm.kl
+    if kl.enabled and kl.in_reward:  # KL-in-reward: the penalty lowers every token's reward instead of a loss term
+        penalty = kl_penalty(batch.tensors["old_log_probs"], batch.tensors["ref_log_probs"], kl.kind)
+        token_rewards = token_rewards - kl.coef * penalty * mask
+    inputs = AdvantageInputs(token_rewards, mask, batch.non_tensor["uid"], batch.tensors.get("values"))
+    advantages, returns = compute_advantages(algorithm.advantage, inputs, AdvantageParams.from_config(algorithm))
+    return batch.union(Batch({"advantages": advantages, "returns": returns}))
+
+
+def sampled_entropy(batch: Batch) -> float:
+    """MAGIC's entropy estimate e_k: mean negative log-prob of the sampled (loss) tokens of the step's batch."""
+    return entropy_estimate(batch.tensors["old_log_probs"], batch.tensors["response_mask"])
+
+
+def rollout_metrics(batch: Batch, rejection: RejectionStats) -> dict[str, float]:
+    """What the sampled batch looked like, before rejection: rewards, lengths, truncation, group outcomes."""
+    lengths = batch.tensors["response_length"].float()
+    return {
+        "reward/mean": float(batch.tensors["rewards"].float().mean()),
+        "reward/score_mean": float(batch.tensors["scores"].float().mean()),
+        "reward/solve_all_frac": rejection.solve_all_frac,
+        "reward/solve_none_frac": rejection.solve_none_frac,
+        "batch/sampled": float(rejection.num_responses),
+        "batch/kept": float(rejection.kept_responses),
+        "batch/rejected_frac": rejection.dropped_frac,
+        "batch/kept_groups": float(rejection.kept_groups),
+        "response/length_mean": float(lengths.mean()),
+        "response/length_max": float(lengths.max()),
+        "response/truncated_frac": float(batch.tensors["truncated"].float().mean()),
+        "response/tokens": float(lengths.sum()),
+    }
+
+
+def kept_metrics(batch: Batch) -> dict[str, float]:
+    """Statistics of the rows that train: full-vocabulary entropy and the advantage spread."""
+    mask = batch.tensors["response_mask"].float()
+    tokens = mask.sum().clamp(min=1.0)
+    adv = batch.tensors["advantages"]
+    return {
+        "actor/entropy": float((batch.tensors["entropy"] * mask).sum() / tokens),
+        "actor/advantage_abs_mean": float((adv.abs() * mask).sum() / tokens),
+        "batch/train_tokens": float(mask.sum()),
+    }
+
+
+def reason_counts(batch: Batch) -> dict[str, float]:
+    """Fraction of responses per verifier reason (correct, wrong_answer, no_answer, timeout, ...)."""
+    reasons, counts = np.unique(np.asarray(batch.non_tensor["score_reason"], dtype=str), return_counts=True)
+    return {f"reward/reason_{r}": float(c) / len(batch) for r, c in zip(reasons, counts, strict=True)}
+
+
+def step_metrics(
+    sampled: Batch,
+    rejection: RejectionStats,
+    trained: Batch,
+    update: dict[str, float],
+    entropy_control: dict[str, float],
+    timings: dict[str, float],
+) -> dict[str, float]:
+    """The step's log record: rollout, verifier reasons, trained rows, actor update, entropy control, time."""
+    out = {**rollout_metrics(sampled, rejection), **reason_counts(sampled), **kept_metrics(trained)}
+    out.update({f"actor/{k}": v for k, v in update.items() if k != "entropy"})  # the old-log-prob pass's is logged
+    out.update({f"entropy/{k}": v for k, v in entropy_control.items()})
+    out.update(timings)
+    out["perf/tokens_per_s"] = out["response/tokens"] / max(timings.get("time/step", 0.0), 1e-9)
+    return out
+

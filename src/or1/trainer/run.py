@@ -1,0 +1,151 @@
+"""`or1 train`: resolve a stage, check it can run here, start the worker groups, resume, train, export.
+
+Run directory layout (DESIGN.md): <run_dir>/stage<N>/{config.yaml, metrics.jsonl, tensorboard/, checkpoints/,
+prompt_stats.parquet, final/}. Stage N > 1 starts from <run_dir>/stage<N-1>/final and drops the prompts that stage
+always solved (algorithm.online_filter).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import torch
+from rich.console import Console
+
+from or1.algos.entropy_control import AdaptiveEntropyController
+from or1.algos.filters import PROMPT_STATS_FILE, PromptStats, online_filter
+from or1.config.loading import dump, resolve
+from or1.config.schema import RunConfig
+from or1.errors import UserError
+from or1.hybrid import ResourcePool, WorkerGroup, colocate, ray_session
+from or1.models.loading import load_tokenizer
+from or1.trainer.checkpoint import CheckpointManager
+from or1.trainer.data import PromptLoader, prompt_key, read_prompt_rows
+from or1.trainer.loop import Trainer, restore, train
+from or1.trainer.metrics import MetricsLogger
+from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
+from or1.workers.reward import RewardWorker
+
+FINAL_DIR = "final"
+
+
+def run_train(
+    recipe: str,
+    stage: str,
+    run_dir: Path | None = None,
+    overrides: list[str] | None = None,
+    resume: str = "auto",
+    ray_address: str | None = None,
+    console: Console | None = None,
+) -> Path:
+    """Train one stage of a recipe; returns the stage's exported final model folder."""
+    console = console or Console()
+    cfg = resolve(recipe, stage, overrides or [])
+    if resume not in ("auto", "never"):
+        raise UserError(f"--resume {resume}: expected auto or never")
+    run_dir = Path(run_dir) if run_dir is not None else Path("runs") / cfg.recipe
+    stage_dir = run_dir / f"stage{cfg.stage.index}"
+    model_path = check_runnable(cfg, run_dir)
+    if resume == "never" and stage_dir.exists():
+        shutil.rmtree(stage_dir)  # a fresh start: old checkpoints and metrics would mix with the new run
+    stage_dir.mkdir(parents=True, exist_ok=True)
+    (stage_dir / "config.yaml").write_text(dump(cfg))
+    with ray_session(ray_address, num_cpus=max(os.cpu_count() or 1, cfg.world_size + 1)):
+        actor, rewards = start_workers(cfg, model_path)
+        try:
+            trainer = build_trainer(cfg, stage_dir, model_path, actor, rewards, console)
+            trainer.checkpoints.sweep_partial()
+            latest = trainer.checkpoints.latest() if resume == "auto" else None
+            if latest is not None:
+                console.print(f"resuming stage {cfg.stage.index} from {latest}")
+                restore(trainer, latest)
+            train(trainer)
+            trainer.logger.close()
+            trainer.prompt_stats.save(stage_dir / PROMPT_STATS_FILE)
+            final = stage_dir / FINAL_DIR
+            actor.export_model(str(final))
+        finally:
+            actor.shutdown()
+            rewards.shutdown()
+    console.print(f"stage {cfg.stage.index} done: final model in {final}")
+    return final
+
+
+def check_runnable(cfg: RunConfig, run_dir: Path) -> str:
+    """The model folder this stage starts from; a UserError for what this machine or run cannot do."""
+    device = cfg.trainer.device
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError(f"recipe {cfg.recipe} needs CUDA GPUs (trainer.device: cuda) and none is visible; "
+                        "run it on a GPU node or use a CPU recipe such as stages/tiny.yaml")
+    on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
+    if on_cpu and cfg.rollout.engine == "vllm":
+        raise UserError(f"recipe {cfg.recipe} uses rollout.engine=vllm, which needs a GPU; on CPU pass "
+                        "--set rollout.engine=hf (and trainer.device=cpu)")
+    if not on_cpu:
+        raise UserError("the GPU training path (NCCL, vLLM, offload) is not built yet; use trainer.device=cpu")
+    if cfg.algorithm.advantage == "gae":
+        raise UserError("algorithm.advantage=gae needs the critic worker, which is not built yet; use grpo or rloo")
+    if cfg.algorithm.refill:
+        raise UserError("algorithm.refill (DAPO-style dynamic sampling) is not built yet; set it to false")
+    if cfg.trainer.steps is None:
+        raise UserError(f"stage {cfg.stage.name} of {cfg.recipe} has no step count; pass --set trainer.steps=N")
+    for f in cfg.data.train_files:
+        if not Path(f).is_file():
+            raise UserError(f"data.train_files: {f} is not a file (relative to {Path.cwd()}); write it first "
+                            "(or1 prepare-data / or1 init-data) or fix the path")
+    if cfg.stage.index > 1:
+        previous = run_dir / f"stage{cfg.stage.index - 1}" / FINAL_DIR
+        if not (previous / "config.json").is_file():
+            raise UserError(f"stage {cfg.stage.index} starts from stage {cfg.stage.index - 1}'s final model, but "
+                            f"{previous} does not exist; run --stage {cfg.stage.index - 1} first")
+        return str(previous)
+    if not Path(cfg.model.path).is_dir():
+        raise UserError(f"model.path: {cfg.model.path} is not a model folder (relative to {Path.cwd()}); "
+                        "build it first (or1 init-model) or fix the path")
+    return cfg.model.path
+
+
+def start_workers(cfg: RunConfig, model_path: str) -> tuple[WorkerGroup, WorkerGroup]:
+    """The actor/rollout(/ref) group on nnodes x devices_per_node ranks, and one reward rank beside it."""
+    threads = cfg.trainer.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.world_size)
+    pool = ResourcePool(cfg.trainer.nnodes, cfg.trainer.devices_per_node, use_gpu=False)
+    env = {"OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+    roles = {"actor_rollout": (ActorRolloutRefWorker, {"config": cfg, "model_path": model_path, "threads": threads})}
+    actor = colocate(pool, roles, name="actor", env=env)["actor_rollout"]
+    actor.init_model()
+    rewards = WorkerGroup(ResourcePool(1, 1, use_gpu=False), RewardWorker, init_kwargs={"config": cfg.reward},
+                          name="reward", env={"OMP_NUM_THREADS": "1"})
+    return actor, rewards
+
+
+def build_trainer(
+    cfg: RunConfig, stage_dir: Path, model_path: str, actor: WorkerGroup, rewards: WorkerGroup, console: Console
+) -> Trainer:
+    tokenizer = load_tokenizer(model_path)
+    keep = filtered_prompts(cfg, stage_dir, console)
+    loader = PromptLoader(
+        cfg.data.train_files, tokenizer, batch_size=cfg.trainer.batch_size,
+        max_prompt_length=cfg.data.max_prompt_length, seed=cfg.trainer.seed, shuffle=cfg.data.shuffle, keep_keys=keep,
+    )
+    if loader.too_long:
+        console.print(f"dropped {loader.too_long} prompts longer than {cfg.data.max_prompt_length} tokens")
+    return Trainer(
+        cfg=cfg, actor=actor, rewards=rewards, loader=loader,
+        entropy=AdaptiveEntropyController.from_config(cfg.algorithm.entropy),
+        checkpoints=CheckpointManager(stage_dir, cfg.trainer.keep_checkpoints),
+        logger=MetricsLogger(stage_dir, list(cfg.trainer.loggers), cfg.trainer.steps, console),
+    )
+
+
+def filtered_prompts(cfg: RunConfig, stage_dir: Path, console: Console) -> set[str] | None:
+    """Prompt keys kept after online filtering against the previous stage's solve counts (None: keep all)."""
+    if cfg.stage.index == 1 or not cfg.algorithm.online_filter:
+        return None
+    stats = PromptStats.load(stage_dir.parent / f"stage{cfg.stage.index - 1}" / PROMPT_STATS_FILE)
+    keys = [prompt_key(row) for f in cfg.data.train_files for row in read_prompt_rows(f)]
+    kept, report = online_filter(keys, stats, cfg.algorithm.online_filter_threshold)
+    console.print(f"online filter: dropped {report.dropped} of {report.total} prompts solved every time in stage "
+                  f"{cfg.stage.index - 1} (threshold {report.threshold:g}); {report.kept} left")
+    return set(kept)

@@ -1,0 +1,156 @@
+"""FSDPTrainEngine: 2 gloo ranks train exactly like 1, micro-batching is exact, log-probs match a plain forward,
+checkpoints are HF-loadable and independent of the world size."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+
+from or1.algos.losses import LossConfig, token_log_probs
+from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
+from or1.hybrid.batch import Batch
+from or1.models.loading import load_causal_lm
+from or1.models.tiny import TinyModelSpec, build_tiny_model
+from or1.models.tokenizer import train_tokenizer
+from or1.workers.actor_rollout_ref import pack_sequences
+
+SPEC = TinyModelSpec(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+                     intermediate_size=128)
+PROMPT_W, RESPONSE_W = 12, 16
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An untrained small Qwen2 (the engine's arithmetic does not care whether it can do sums)."""
+    out = tmp_path_factory.mktemp("fsdp_model")
+    tokenizer = train_tokenizer([f"Compute {a}+{b}. {a}+{b}={a + b}." for a in range(10) for b in range(10)])
+    build_tiny_model(tokenizer, seed=0, spec=SPEC).save_pretrained(out)
+    return out
+
+
+def make_batch(rows: int, seed: int = 0) -> Batch:
+    """Random prompts / responses of varied lengths with advantages of both signs (and one masked-out row)."""
+    g = torch.Generator().manual_seed(seed)
+    prompts = [torch.randint(3, 200, (int(torch.randint(3, PROMPT_W + 1, (1,), generator=g)),), generator=g).tolist()
+               for _ in range(rows)]
+    responses = [torch.randint(3, 200, (int(torch.randint(1, RESPONSE_W + 1, (1,), generator=g)),), generator=g).tolist()
+                 for _ in range(rows)]
+    t = pack_sequences(prompts, responses, PROMPT_W, RESPONSE_W, pad_id=0)
+    t["response_mask"][1] = 0  # a masked (e.g. truncated) response still goes through the forward pass
+    mask = t["response_mask"].float()
+    t["old_log_probs"] = (-torch.rand(rows, RESPONSE_W, generator=g) * 3 - 2) * mask
+    t["advantages"] = torch.randn(rows, 1, generator=g) * mask
+    return Batch(t)
+
+
+def _rank(rank: int, world: int, init_file: str, model_dir: str, settings: list[TrainSettings], out_file: str) -> None:
+    """One rank: for each settings, a fresh engine does log-probs and one train step on its share of the batch."""
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    results = []
+    for s in settings:
+        engine = FSDPTrainEngine(model_dir, s)
+        batch = make_batch(8).chunk(world)[rank]
+        lp = engine.log_probs(batch, temperature=1.0, with_entropy=True)
+        metrics = engine.train_step(batch, LossConfig(clip_low=0.2, clip_high=0.28), temperature=1.0, entropy_coef=0.01)
+        params = {name: t.clone() for name, t in engine.named_full_params()}
+        gathered = [None] * world
+        dist.all_gather_object(gathered, {"log_probs": lp.tensors["log_probs"], "entropy": lp.tensors["entropy"]})
+        results.append({"metrics": metrics, "params": params,
+                        "log_probs": torch.cat([g["log_probs"] for g in gathered]),
+                        "entropy": torch.cat([g["entropy"] for g in gathered])})
+    if rank == 0:
+        torch.save(results, out_file)
+    dist.destroy_process_group()
+
+
+def run_ranks(tmp_path: Path, model_dir: Path, world: int, settings: list[TrainSettings]) -> list[dict]:
+    out, init = tmp_path / f"out_{world}.pt", tmp_path / f"pg_{world}"
+    mp.spawn(_rank, args=(world, str(init), str(model_dir), settings, str(out)), nprocs=world, join=True)
+    return torch.load(out, weights_only=False)
+
+
+LR = 1e-3
+# Adam's first step moves each weight by ~lr * sign(grad): for near-zero gradients float rounding decides the
+# sign, so parameters are compared to a small fraction of lr, and the gradients themselves via grad_norm / loss.
+PARAM_ATOL = 0.05 * LR
+
+
+@pytest.fixture(scope="module")
+def one_rank(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> list[dict]:
+    settings = [TrainSettings(lr=LR, micro_batch_size=m) for m in (4, 8, 3)]  # 3: micro-batches of 3 + 3 + 2
+    return run_ranks(tmp_path_factory.mktemp("one_rank"), model_dir, 1, settings)
+
+
+@pytest.fixture(scope="module")
+def two_ranks(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> list[dict]:
+    return run_ranks(tmp_path_factory.mktemp("two_ranks"), model_dir, 2, [TrainSettings(lr=LR, micro_batch_size=2)])
+
+
+def assert_same_step(a: dict, b: dict) -> None:
+    for key in ("pg_loss", "entropy_loss", "grad_norm", "clip_frac", "entropy"):
+        assert a["metrics"][key] == pytest.approx(b["metrics"][key], rel=1e-4, abs=1e-6), key
+    for name, value in b["params"].items():
+        torch.testing.assert_close(a["params"][name], value, atol=PARAM_ATOL, rtol=0)
+
+
+def test_two_ranks_equal_one_rank(one_rank: list[dict], two_ranks: list[dict], model_dir: Path) -> None:
+    one, two = one_rank[0], two_ranks[0]
+    torch.testing.assert_close(two["log_probs"], one["log_probs"], atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(two["entropy"], one["entropy"], atol=1e-5, rtol=1e-5)
+    assert_same_step(two, one)
+    start = load_causal_lm(model_dir).state_dict()
+    moved = sum(float((one["params"][n] - start[n]).abs().max()) > 10 * PARAM_ATOL for n in one["params"])
+    assert moved == len(one["params"])  # the step really moved every tensor (the comparison is not vacuous)
+
+
+def test_micro_batching_equals_full_batch(one_rank: list[dict]) -> None:
+    full, micro = one_rank[1], one_rank[2]
+    assert micro["metrics"]["pg_loss"] == pytest.approx(full["metrics"]["pg_loss"], rel=1e-5)
+    assert_same_step(micro, full)
+
+
+def test_log_probs_match_an_unpadded_forward(one_rank: list[dict], model_dir: Path) -> None:
+    result = one_rank[0]
+    model = load_causal_lm(model_dir)
+    batch = make_batch(8)
+    for i in range(8):  # each row alone, no padding at all: the engine's trimmed, padded passes must agree
+        mask = batch.tensors["attention_mask"][i].bool()
+        ids = batch.tensors["input_ids"][i][mask][None]
+        n_resp = int(batch.tensors["attention_mask"][i, PROMPT_W:].sum())
+        logits = model(input_ids=ids).logits[:, -n_resp - 1 : -1]
+        expected = token_log_probs(logits, ids[:, -n_resp:])[0]
+        torch.testing.assert_close(result["log_probs"][i, :n_resp], expected, atol=1e-4, rtol=1e-4)
+        assert torch.all(result["log_probs"][i, n_resp:] == 0)
+
+
+def _save_rank(rank: int, world: int, init_file: str, model_dir: str, folder: str, load_from: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    engine = FSDPTrainEngine(model_dir, TrainSettings(lr=1e-3, micro_batch_size=4))
+    if load_from:
+        engine.load(Path(load_from))
+    else:
+        engine.train_step(make_batch(8).chunk(world)[rank], LossConfig(), temperature=1.0)
+    engine.save(Path(folder))
+    dist.destroy_process_group()
+
+
+def test_checkpoint_is_hf_loadable_and_world_size_independent(tmp_path: Path, model_dir: Path) -> None:
+    saved, resaved = tmp_path / "two_ranks", tmp_path / "one_rank"
+    mp.spawn(_save_rank, args=(2, str(tmp_path / "pg_a"), str(model_dir), str(saved), ""), nprocs=2)
+    model = load_causal_lm(saved)  # plain transformers loading, no or1 code in between
+    assert json.loads((saved / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
+    assert not torch.equal(model.state_dict()["model.norm.weight"], load_causal_lm(model_dir).state_dict()["model.norm.weight"])
+    mp.spawn(_save_rank, args=(1, str(tmp_path / "pg_b"), str(model_dir), str(resaved), str(saved)), nprocs=1)
+    again = load_causal_lm(resaved).state_dict()
+    for name, value in model.state_dict().items():
+        torch.testing.assert_close(again[name], value, atol=0, rtol=0)
+    opt_two = torch.load(saved / "optimizer.pt", weights_only=False)["optimizer"]["state"]
+    opt_one = torch.load(resaved / "optimizer.pt", weights_only=False)["optimizer"]["state"]
+    for name, state in opt_two.items():
+        torch.testing.assert_close(opt_one[name]["exp_avg_sq"], state["exp_avg_sq"], atol=0, rtol=0)

@@ -1,0 +1,47 @@
+"""The tiny recipe's stage 1 really teaches: validation solve rate up >= 8 points, training reward trending up.
+
+Slow (about 10 minutes on 2 cores): builds the `or1 init-model` default base (400 SFT steps, ~38% solved), runs
+`stages/tiny.yaml` stage 1 (200 steps) with 2 data-parallel Ray ranks, and scores base and final model on the fixed
+200-problem validation split with 5 samples each at T=1.0 and a 96-token budget. Measured once: 38.8% -> 46.5%.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from or1.data.synthetic import math_validation_rows, write_tiny_dataset
+from or1.engines.hf_rollout import HFRolloutEngine
+from or1.models.init import init_tiny_model
+from or1.models.loading import load_causal_lm, load_tokenizer
+from or1.models.solve_rate import measure_solve_rate
+from or1.trainer.run import run_train
+
+RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
+BASE_SFT_STEPS = 400  # the `or1 init-model` default (300 steps: 23% solved, 450: 61%, 600: 64%)
+
+
+def validation_rate(model_dir: Path) -> float:
+    model, tokenizer = load_causal_lm(model_dir), load_tokenizer(model_dir)
+    rate = measure_solve_rate(HFRolloutEngine(model, tokenizer), tokenizer, math_validation_rows(),
+                              samples=5, temperature=1.0, max_new_tokens=96, seed=1234)
+    return rate.overall
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(1800)
+def test_tiny_stage1_improves_validation_by_8_points(tmp_path: Path) -> None:
+    base = tmp_path / "tiny" / "model"
+    init_tiny_model(base, seed=0, sft_steps=BASE_SFT_STEPS, eval_samples=1)
+    data = write_tiny_dataset(tmp_path / "tiny" / "data", seed=0)
+    before = validation_rate(base)
+    final = run_train(RECIPE, "1", tmp_path / "run", [f"model.path={base}", f"data.train_files=[{data.train}]"],
+                      "never", None)
+    after = validation_rate(final)
+    assert after - before >= 0.08, f"validation {before:.1%} -> {after:.1%}"
+    rewards = [json.loads(line)["reward/mean"] for line in (final.parent / "metrics.jsonl").read_text().splitlines()]
+    quarter = len(rewards) // 4
+    assert statistics.mean(rewards[-quarter:]) > statistics.mean(rewards[:quarter]) + 0.03

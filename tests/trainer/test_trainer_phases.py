@@ -1,0 +1,69 @@
+"""Controller phases on hand-made batches: truncation policy, rejection sampling, GRPO advantages, metrics."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from or1.config.schema import AlgorithmConfig
+from or1.hybrid.batch import Batch
+from or1.trainer.phases import (
+    add_advantages,
+    rejection_sample,
+    rollout_metrics,
+    sampled_entropy,
+    truncation_policy,
+)
+
+
+def scored_batch(scores: list[float], truncated: list[bool], groups: list[str], width: int = 4) -> Batch:
+    n = len(scores)
+    lengths = torch.tensor([2 + i % 3 for i in range(n)])
+    mask = (torch.arange(width)[None] < lengths[:, None]).long()
+    return Batch(
+        {
+            "scores": torch.tensor(scores, dtype=torch.float32),
+            "truncated": torch.tensor(truncated),
+            "response_mask": mask,
+            "response_length": lengths,
+            "old_log_probs": -0.5 * mask.float(),
+        },
+        {"uid": groups},
+    )
+
+
+def test_zero_reward_truncation_and_rejection_keep_only_informative_groups() -> None:
+    # group a: 1, 1(truncated -> 0)  -> informative; group b: 1, 1 -> all solved; group c: 0, 0 -> none solved
+    batch = scored_batch([1, 1, 1, 1, 0, 0], [False, True, False, False, False, False], ["a", "a", "b", "b", "c", "c"])
+    batch = truncation_policy(batch, AlgorithmConfig())
+    assert batch.tensors["rewards"].tolist() == [1, 0, 1, 1, 0, 0]
+    kept, stats = rejection_sample(batch, AlgorithmConfig(), multiple=2)
+    assert list(kept.non_tensor["uid"]) == ["a", "a"]
+    assert stats.solve_all_frac == pytest.approx(1 / 3) and stats.solve_none_frac == pytest.approx(1 / 3)
+    metrics = rollout_metrics(batch, stats)
+    assert metrics["batch/rejected_frac"] == pytest.approx(4 / 6)
+    assert metrics["response/truncated_frac"] == pytest.approx(1 / 6)
+    assert metrics["reward/mean"] == pytest.approx(3 / 6)
+
+
+def test_mask_truncation_keeps_reward_but_drops_tokens() -> None:
+    batch = scored_batch([1, 0], [True, False], ["a", "a"])
+    out = truncation_policy(batch, AlgorithmConfig(truncated="mask"))
+    assert out.tensors["rewards"].tolist() == [1, 0]
+    assert out.tensors["response_mask"][0].sum() == 0 and out.tensors["response_mask"][1].sum() == 3
+
+
+def test_rejection_trims_to_the_data_parallel_multiple() -> None:
+    batch = truncation_policy(scored_batch([1, 0, 0] * 3, [False] * 9, list("aaabbbccc")), AlgorithmConfig())
+    kept, stats = rejection_sample(batch, AlgorithmConfig(), multiple=2)
+    assert len(kept) % 2 == 0 and len(kept) == 8 and stats.trimmed == 1
+
+
+def test_grpo_advantages_broadcast_over_response_tokens() -> None:
+    batch = truncation_policy(scored_batch([1, 0, 0, 0], [False] * 4, ["a"] * 4), AlgorithmConfig())
+    out = add_advantages(batch, AlgorithmConfig())
+    # rewards 1,0,0,0: mean 0.25, sample std 0.5 -> advantages 1.5, -0.5, -0.5, -0.5 on every real token
+    mask = batch.tensors["response_mask"].float()
+    expected = torch.tensor([1.5, -0.5, -0.5, -0.5])[:, None] * mask
+    torch.testing.assert_close(out.tensors["advantages"], expected, atol=1e-5, rtol=1e-5)
+    assert sampled_entropy(out) == pytest.approx(0.5)
