@@ -140,12 +140,15 @@ def build_trainer(
 
 
 def filtered_prompts(cfg: RunConfig, stage_dir: Path, console: Console) -> set[str] | None:
-    """Prompt keys kept after online filtering against the previous stage's solve counts (None: keep all)."""
+    """Prompt keys kept after online filtering: a prompt solved every time in any earlier stage stays dropped."""
     if cfg.stage.index == 1 or not cfg.algorithm.online_filter:
         return None
-    stats = PromptStats.load(stage_dir.parent / f"stage{cfg.stage.index - 1}" / PROMPT_STATS_FILE)
-    keys = [prompt_key(row) for f in cfg.data.train_files for row in read_prompt_rows(f)]
-    kept, report = online_filter(keys, stats, cfg.algorithm.online_filter_threshold)
-    console.print(f"online filter: dropped {report.dropped} of {report.total} prompts solved every time in stage "
-                  f"{cfg.stage.index - 1} (threshold {report.threshold:g}); {report.kept} left")
+    kept = [prompt_key(row) for f in cfg.data.train_files for row in read_prompt_rows(f)]
+    total = len(kept)
+    for earlier in range(1, cfg.stage.index):
+        stats = PromptStats.load(stage_dir.parent / f"stage{earlier}" / PROMPT_STATS_FILE)
+        kept, report = online_filter(kept, stats, cfg.algorithm.online_filter_threshold)
+        console.print(f"online filter: dropped {report.dropped} prompts solved every time in stage {earlier} "
+                      f"(threshold {report.threshold:g})")
+    console.print(f"online filter: {len(kept)} of {total} prompts left for stage {cfg.stage.index}")
     return set(kept)
