@@ -12,10 +12,14 @@ default:
 setup:
     bash scripts/setup.sh
 
-# The main job: the tiny reproduction on CPU (base model, data, training, evaluation).
-tiny dir="tiny":
-    {{bin}}/or1 init-model --preset tiny --out {{dir}}/model
-    {{bin}}/or1 prepare-data --preset tiny --out {{dir}}/data
+# The main job: the tiny reproduction on CPU: base model, data, the three stages of stages/tiny.yaml, and
+# validation of the base and final models (avg@4 at T=1.0). Resumable: rerun it after an interruption.
+tiny:
+    [ -f tiny/model/config.json ] || {{bin}}/or1 init-model --preset tiny --out tiny/model
+    [ -f tiny/data/train.parquet ] || {{bin}}/or1 prepare-data --preset tiny --out tiny/data
+    {{bin}}/or1 train --recipe stages/tiny.yaml --stage all
+    {{bin}}/or1 eval tiny/data/validation.parquet --model tiny/model --n 4 --temperature 1.0 --max-tokens 96 --out runs/tiny/eval/base
+    {{bin}}/or1 eval tiny/data/validation.parquet --model runs/tiny/stage3/final --n 4 --temperature 1.0 --max-tokens 96 --out runs/tiny/eval/final
 
 # The test suite (fast default). As root it first brings up the Docker-API engine for the docker-marked tests.
 test *args:

@@ -100,16 +100,19 @@ def config_show(
 @user_errors
 def train(
     recipe: RecipeOpt,
-    stage: Annotated[str, typer.Option("--stage", "-s", help="Stage number (1-based) or name.")] = "1",
+    stage: Annotated[str, typer.Option("--stage", "-s", help="Stage number (1-based), name, or all.")] = "1",
     run_dir: Annotated[Path | None, typer.Option(help="Run directory (default runs/<recipe name>).")] = None,
     overrides: SetOpt = None,
     resume: Annotated[str, typer.Option(help="auto: continue from the newest complete checkpoint; never.")] = "auto",
     ray_address: Annotated[str | None, typer.Option(help="Join this Ray cluster (e.g. auto); default: local.")] = None,
 ) -> None:
-    """Train one stage of a recipe with GRPO / MAGIC in the HybridFlow design (Ray worker groups, FSDP2)."""
-    from or1.trainer.run import run_train
+    """Train a stage of a recipe (or all remaining ones) with GRPO / MAGIC: Ray worker groups, FSDP2."""
+    from or1.trainer.run import run_all_stages, run_train
 
-    run_train(recipe, stage, run_dir, overrides or [], resume, ray_address)
+    if stage == "all":
+        run_all_stages(recipe, run_dir, overrides or [], resume, ray_address)
+    else:
+        run_train(recipe, stage, run_dir, overrides or [], resume, ray_address)
 
 
 @app.command()

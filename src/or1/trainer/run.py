@@ -16,7 +16,7 @@ from rich.console import Console
 
 from or1.algos.entropy_control import AdaptiveEntropyController
 from or1.algos.filters import PROMPT_STATS_FILE, PromptStats, online_filter
-from or1.config.loading import dump, resolve
+from or1.config.loading import dump, load_recipe, resolve, stage_names
 from or1.config.schema import RunConfig
 from or1.errors import UserError
 from or1.hybrid import ResourcePool, WorkerGroup, colocate, ray_session
@@ -70,6 +70,30 @@ def run_train(
             actor.shutdown()
             rewards.shutdown()
     console.print(f"stage {cfg.stage.index} done: final model in {final}")
+    return final
+
+
+def run_all_stages(
+    recipe: str,
+    run_dir: Path | None = None,
+    overrides: list[str] | None = None,
+    resume: str = "auto",
+    ray_address: str | None = None,
+    console: Console | None = None,
+) -> Path:
+    """`--stage all`: run the recipe's stages in order, skipping (with resume auto) those already finished."""
+    console = console or Console()
+    _, raw = load_recipe(recipe)
+    final = None
+    for index in range(1, len(stage_names(raw)) + 1):
+        cfg = resolve(recipe, index, overrides or [])
+        stage_final = (Path(run_dir) if run_dir else Path("runs") / cfg.recipe) / f"stage{index}" / FINAL_DIR
+        if resume == "auto" and (stage_final / "config.json").is_file():
+            console.print(f"stage {index} already finished: {stage_final}")
+            final = stage_final
+            continue
+        final = run_train(recipe, str(index), run_dir, overrides, resume, ray_address, console)
+    assert final is not None  # a recipe has at least one stage (load_recipe checks)
     return final
 
 
