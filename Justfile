@@ -12,8 +12,8 @@ default:
 setup:
     bash scripts/setup.sh
 
-# The main job: the tiny reproduction on CPU: base model, data, the three stages of stages/tiny.yaml, and
-# validation of the base and final models (avg@4 at T=1.0). Resumable: rerun it after an interruption.
+# Resumable: rerun it after an interruption. Validation is avg@4 at T=1.0 on the fixed 200-problem split.
+# The main job, the tiny reproduction on CPU: base model, data, the three stages of stages/tiny.yaml, validation.
 tiny:
     [ -f tiny/model/config.json ] || {{bin}}/or1 init-model --preset tiny --out tiny/model
     [ -f tiny/data/train.parquet ] || {{bin}}/or1 prepare-data --preset tiny --out tiny/data
