@@ -27,7 +27,9 @@ PYTHON = "/usr/bin/python3"  # the interpreter the sandbox runs, so both sides p
 def plain_once(_: int = 0) -> float:
     """One unisolated execution of the trivial program (what Skywork-OR1 did), in seconds."""
     start = time.perf_counter()
-    subprocess.run([PYTHON, "-I", "-S", "-c", TRIVIAL], input=b"x\n", capture_output=True, check=True, timeout=30)
+    subprocess.run(
+        [PYTHON, "-I", "-S", "-c", TRIVIAL], input=b"x\n", capture_output=True, check=True, timeout=30
+    )
     return time.perf_counter() - start
 
 
@@ -92,17 +94,24 @@ def main(argv: list[str] | None = None) -> dict:
     plain_latency = statistics.median(plain_once() for _ in range(min(args.n, 100)))
     reward = reward_rate(args.backend, args.slots, max(args.n // 5, 10))
     out = {
-        "backend": args.backend, "slots": args.slots, "cpus": os.cpu_count(), "n": args.n,
+        "backend": args.backend,
+        "slots": args.slots,
+        "cpus": os.cpu_count(),
+        "n": args.n,
         "pool_startup_s": round(startup, 3),
-        "isolated_exec_per_s": round(iso, 1), "plain_exec_per_s": round(plain, 1),
-        "isolated_latency_ms": round(1000 * iso_latency, 2), "plain_latency_ms": round(1000 * plain_latency, 2),
+        "isolated_exec_per_s": round(iso, 1),
+        "plain_exec_per_s": round(plain, 1),
+        "isolated_latency_ms": round(1000 * iso_latency, 2),
+        "plain_latency_ms": round(1000 * plain_latency, 2),
         "overhead_ms": round(1000 * (iso_latency - plain_latency), 2),
         "reward_tests_per_s": round(reward, 1),
     }
     print(f"{'backend':28}{args.backend} ({args.slots} slots, {os.cpu_count()} CPUs)")
     print(f"{'pool startup':28}{startup:.2f} s")
     print(f"{'isolated executions/s':28}{iso:.1f}   (plain subprocess: {plain:.1f})")
-    print(f"{'latency per execution':28}{1000 * iso_latency:.1f} ms   (plain subprocess: {1000 * plain_latency:.1f} ms)")
+    print(
+        f"{'latency per execution':28}{1000 * iso_latency:.1f} ms   (plain subprocess: {1000 * plain_latency:.1f} ms)"
+    )
     print(f"{'overhead per execution':28}{1000 * (iso_latency - plain_latency):+.1f} ms")
     print(f"{'score_code_batch tests/s':28}{reward:.1f}")
     print(json.dumps(out))

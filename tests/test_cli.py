@@ -22,10 +22,20 @@ def test_help_lists_the_commands():
 
 def test_score_jsonl_to_parquet_keeps_every_row(tmp_path):
     rows = [
-        {"ability": "math", "response": "so \\boxed{025}", "reward_model": {"ground_truth": '["25"]'}, "id": 1},
+        {
+            "ability": "math",
+            "response": "so \\boxed{025}",
+            "reward_model": {"ground_truth": '["25"]'},
+            "id": 1,
+        },
         {"ability": "math", "response": "Answer: 7", "reward_model": {"ground_truth": '["8"]'}, "id": 2},
         {"ability": "math", "response": 5, "reward_model": {"ground_truth": '["8"]'}, "id": 3},  # malformed
-        {"ability": "math", "response": "no final answer here", "reward_model": {"ground_truth": "8"}, "id": 4},
+        {
+            "ability": "math",
+            "response": "no final answer here",
+            "reward_model": {"ground_truth": "8"},
+            "id": 4,
+        },
     ]
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -45,7 +55,9 @@ def test_score_missing_input_is_one_line(tmp_path):
     assert result.exit_code == 2 and "does not exist" in result.output and "Traceback" not in result.output
 
 
-@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("bwrap"), reason="local sandbox needs root and bubblewrap")
+@pytest.mark.skipif(
+    os.geteuid() != 0 or not shutil.which("bwrap"), reason="local sandbox needs root and bubblewrap"
+)
 def test_sandbox_check_passes_on_the_local_backend():
     result = runner.invoke(app, ["sandbox", "check", "--backend", "local"])
     assert result.exit_code == 0, result.output

@@ -59,7 +59,9 @@ def init_model(
     out: Annotated[Path, typer.Option(help="Folder for the Hugging Face model (safetensors + tokenizer).")],
     preset: PresetOpt = "tiny",
     seed: Annotated[int, typer.Option(help="Seed of the tokenizer corpus, weights and SFT data.")] = 0,
-    sft_steps: Annotated[int, typer.Option(help="Warm-start SFT steps (more steps: a stronger base model).")] = 400,
+    sft_steps: Annotated[
+        int, typer.Option(help="Warm-start SFT steps (more steps: a stronger base model).")
+    ] = 400,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing model folder.")] = False,
 ) -> None:
     """Build the tiny base model (tokenizer, Qwen2 model, SFT warm start) and print its base solve rate."""
@@ -103,8 +105,12 @@ def train(
     stage: Annotated[str, typer.Option("--stage", "-s", help="Stage number (1-based), name, or all.")] = "1",
     run_dir: Annotated[Path | None, typer.Option(help="Run directory (default runs/<recipe name>).")] = None,
     overrides: SetOpt = None,
-    resume: Annotated[str, typer.Option(help="auto: continue from the newest complete checkpoint; never.")] = "auto",
-    ray_address: Annotated[str | None, typer.Option(help="Join this Ray cluster (e.g. auto); default: local.")] = None,
+    resume: Annotated[
+        str, typer.Option(help="auto: continue from the newest complete checkpoint; never.")
+    ] = "auto",
+    ray_address: Annotated[
+        str | None, typer.Option(help="Join this Ray cluster (e.g. auto); default: local.")
+    ] = None,
 ) -> None:
     """Train a stage of a recipe (or all remaining ones) with GRPO / MAGIC: Ray worker groups, FSDP2."""
     from or1.trainer.run import run_all_stages, run_train
@@ -119,7 +125,9 @@ def train(
 @user_errors
 def score(
     input: Annotated[Path, typer.Argument(help="jsonl or parquet of or1 rows with a `response` field.")],
-    output: Annotated[Path, typer.Option("--output", "-o", help="Where to write the scored rows (jsonl / parquet).")],
+    output: Annotated[
+        Path, typer.Option("--output", "-o", help="Where to write the scored rows (jsonl / parquet).")
+    ],
     workers: Annotated[int, typer.Option(help="Parallel verifier processes / sandbox slots.")] = 2,
     timeout: Annotated[float, typer.Option(help="Seconds per math verification (hard limit).")] = 5.0,
     code_timeout: Annotated[float, typer.Option(help="Seconds per code test (hard limit).")] = 6.0,
@@ -134,7 +142,9 @@ def score(
 @sandbox_app.command("check")
 @user_errors
 def sandbox_check(
-    backend: Annotated[str, typer.Option(help="local (bubblewrap + rlimits) or docker (DOCKER_HOST engine).")] = "local",
+    backend: Annotated[
+        str, typer.Option(help="local (bubblewrap + rlimits) or docker (DOCKER_HOST engine).")
+    ] = "local",
 ) -> None:
     """Self-test the sandbox: positive controls and hostile programs; exit 1 if any isolation check fails."""
     from or1.sandbox.check import run_self_test
@@ -148,7 +158,9 @@ def sandbox_check(
     Console().print(table)
     failed = [c.name for c in results if not c.passed]
     if failed:
-        err_console.print(f"[red]{len(failed)} of {len(results)} sandbox checks failed:[/red] {', '.join(failed)}")
+        err_console.print(
+            f"[red]{len(failed)} of {len(results)} sandbox checks failed:[/red] {', '.join(failed)}"
+        )
         raise typer.Exit(1)
     Console().print(f"all {len(results)} sandbox checks passed on the {backend} backend")
 
@@ -156,14 +168,20 @@ def sandbox_check(
 @app.command("eval")
 @user_errors
 def eval_command(
-    benchmark: Annotated[str, typer.Argument(help="aime24, aime25, math500, amc, livecodebench, or an or1-row file.")],
+    benchmark: Annotated[
+        str, typer.Argument(help="aime24, aime25, math500, amc, livecodebench, or an or1-row file.")
+    ],
     model: Annotated[Path, typer.Option(help="HF model folder to evaluate.")],
-    n: Annotated[int | None, typer.Option("--n", help="Samples per problem (default: the protocol's).")] = None,
+    n: Annotated[
+        int | None, typer.Option("--n", help="Samples per problem (default: the protocol's).")
+    ] = None,
     protocol: Annotated[str, typer.Option(help="skywork, skywork-7b-script or deepseek-r1.")] = "skywork",
     temperature: Annotated[float | None, typer.Option(help="Override the protocol's temperature.")] = None,
     top_p: Annotated[float | None, typer.Option("--top-p", help="Override the protocol's top_p.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Override the protocol's response budget.")] = None,
-    data: Annotated[Path | None, typer.Option(help="Local file of the benchmark (else shared copy, else hub).")] = None,
+    data: Annotated[
+        Path | None, typer.Option(help="Local file of the benchmark (else shared copy, else hub).")
+    ] = None,
     engine: Annotated[str, typer.Option(help="hf (CPU or GPU) or vllm (GPU, the vllm extra).")] = "hf",
     out: Annotated[Path | None, typer.Option(help="Output folder (default under runs/).")] = None,
     seed: Annotated[int, typer.Option(help="Sampling and bootstrap seed.")] = 0,
@@ -175,9 +193,20 @@ def eval_command(
     from or1.eval.runner import run_eval
 
     folder = run_eval(
-        benchmark, model=model, n=n, protocol=protocol, temperature=temperature, top_p=top_p,
-        max_tokens=max_tokens, data=data, engine=engine, out=out, seed=seed, max_problems=limit,
-        workers=workers, fresh=fresh,
+        benchmark,
+        model=model,
+        n=n,
+        protocol=protocol,
+        temperature=temperature,
+        top_p=top_p,
+        max_tokens=max_tokens,
+        data=data,
+        engine=engine,
+        out=out,
+        seed=seed,
+        max_problems=limit,
+        workers=workers,
+        fresh=fresh,
     )
     Console().print(f"wrote {folder}/samples.jsonl, summary.json and report.md")
 
@@ -189,7 +218,12 @@ def doctor() -> None:
 
     table = Table("component", "status", "found", "what it is for")
     for check in run_checks():
-        table.add_row(check.name, "[green]ok[/green]" if check.ok else "[yellow]missing[/yellow]", check.found, check.meaning)
+        table.add_row(
+            check.name,
+            "[green]ok[/green]" if check.ok else "[yellow]missing[/yellow]",
+            check.found,
+            check.meaning,
+        )
     Console().print(table)
 
 

@@ -31,9 +31,14 @@ def _bwrap_works() -> tuple[bool, str]:
     if not path:
         return False, "not installed"
     probe = subprocess.run(
-        [path, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"], capture_output=True, timeout=20
+        [path, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
+        capture_output=True,
+        timeout=20,
     )
-    return probe.returncode == 0, path if probe.returncode == 0 else f"{path} (fails: {probe.stderr.decode()[:80].strip()})"
+    return (
+        probe.returncode == 0,
+        path if probe.returncode == 0 else f"{path} (fails: {probe.stderr.decode()[:80].strip()})",
+    )
 
 
 def _docker_engine() -> tuple[bool, str]:
@@ -49,24 +54,42 @@ def _docker_engine() -> tuple[bool, str]:
 
 def run_checks() -> list[Check]:
     """Inspect the environment; never raises."""
-    checks = [Check("python", sys.version_info >= (3, 10), platform.python_version(), "or1 needs Python 3.10 or newer")]
+    checks = [
+        Check(
+            "python", sys.version_info >= (3, 10), platform.python_version(), "or1 needs Python 3.10 or newer"
+        )
+    ]
     torch_version = _version("torch")
-    checks.append(Check("torch", torch_version is not None, torch_version or "missing", "training and the HF rollout"))
+    checks.append(
+        Check("torch", torch_version is not None, torch_version or "missing", "training and the HF rollout")
+    )
     cuda = "no"
     if torch_version:
         import torch
 
         if torch.cuda.is_available():
             cuda = f"{torch.version.cuda}, {torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
-    checks.append(Check("cuda", cuda != "no", cuda, "GPU recipes need CUDA; without it only CPU recipes (tiny) run"))
+    checks.append(
+        Check("cuda", cuda != "no", cuda, "GPU recipes need CUDA; without it only CPU recipes (tiny) run")
+    )
     vllm = _version("vllm")
-    checks.append(Check("vllm", vllm is not None, vllm or "missing", "rollout.engine=vllm (GPU); install the vllm extra"))
+    checks.append(
+        Check(
+            "vllm", vllm is not None, vllm or "missing", "rollout.engine=vllm (GPU); install the vllm extra"
+        )
+    )
     ray = _version("ray")
     checks.append(Check("ray", ray is not None, ray or "missing", "worker groups for every `or1 train`"))
     math_verify = _version("math_verify")
     checks.append(Check("math-verify", math_verify is not None, math_verify or "missing", "the math reward"))
     ok, found = _bwrap_works()
-    checks.append(Check("bubblewrap", ok, found, "local sandbox for code rewards (apt-get install bubblewrap)"))
+    checks.append(
+        Check("bubblewrap", ok, found, "local sandbox for code rewards (apt-get install bubblewrap)")
+    )
     ok, found = _docker_engine()
-    checks.append(Check("docker", ok, found, "optional docker sandbox backend (set DOCKER_HOST to any Docker-API engine)"))
+    checks.append(
+        Check(
+            "docker", ok, found, "optional docker sandbox backend (set DOCKER_HOST to any Docker-API engine)"
+        )
+    )
     return checks

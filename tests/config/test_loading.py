@@ -38,7 +38,9 @@ def test_stage_overrides_merge_over_shared_settings(tmp_path):
 
 
 def test_set_overrides_parse_yaml_values(tmp_path):
-    config = resolve(write(tmp_path, BASE), 2, ["rollout.temperature=0.6", "algorithm.entropy.max_coef=0.005"])
+    config = resolve(
+        write(tmp_path, BASE), 2, ["rollout.temperature=0.6", "algorithm.entropy.max_coef=0.005"]
+    )
     assert config.rollout.temperature == 0.6
     assert config.algorithm.entropy.max_coef == 0.005
 
@@ -81,7 +83,9 @@ def test_cli_prints_one_line_and_exits_2(args, expected):
     assert result.exit_code == 2
     assert expected in result.output
     assert "Traceback" not in result.output
-    assert len([line for line in result.output.splitlines() if line.strip()]) <= 2  # rich may wrap the one line
+    assert (
+        len([line for line in result.output.splitlines() if line.strip()]) <= 2
+    )  # rich may wrap the one line
 
 
 def test_config_show_prints_the_resolved_stage():

@@ -19,8 +19,9 @@ from or1.models.tiny import TinyModelSpec, build_tiny_model
 from or1.models.tokenizer import train_tokenizer
 from or1.workers.actor_rollout_ref import pack_sequences
 
-SPEC = TinyModelSpec(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
-                     intermediate_size=128)
+SPEC = TinyModelSpec(
+    hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128
+)
 PROMPT_W, RESPONSE_W = 12, 16
 
 
@@ -36,10 +37,16 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def make_batch(rows: int, seed: int = 0) -> Batch:
     """Random prompts / responses of varied lengths with advantages of both signs (and one masked-out row)."""
     g = torch.Generator().manual_seed(seed)
-    prompts = [torch.randint(3, 200, (int(torch.randint(3, PROMPT_W + 1, (1,), generator=g)),), generator=g).tolist()
-               for _ in range(rows)]
-    responses = [torch.randint(3, 200, (int(torch.randint(1, RESPONSE_W + 1, (1,), generator=g)),), generator=g).tolist()
-                 for _ in range(rows)]
+    prompts = [
+        torch.randint(3, 200, (int(torch.randint(3, PROMPT_W + 1, (1,), generator=g)),), generator=g).tolist()
+        for _ in range(rows)
+    ]
+    responses = [
+        torch.randint(
+            3, 200, (int(torch.randint(1, RESPONSE_W + 1, (1,), generator=g)),), generator=g
+        ).tolist()
+        for _ in range(rows)
+    ]
     t = pack_sequences(prompts, responses, PROMPT_W, RESPONSE_W, pad_id=0)
     t["response_mask"][1] = 0  # a masked (e.g. truncated) response still goes through the forward pass
     mask = t["response_mask"].float()
@@ -48,7 +55,9 @@ def make_batch(rows: int, seed: int = 0) -> Batch:
     return Batch(t)
 
 
-def _rank(rank: int, world: int, init_file: str, model_dir: str, settings: list[TrainSettings], out_file: str) -> None:
+def _rank(
+    rank: int, world: int, init_file: str, model_dir: str, settings: list[TrainSettings], out_file: str
+) -> None:
     """One rank: for each settings, a fresh engine does log-probs and one train step on its share of the batch."""
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.set_num_threads(1)
@@ -57,13 +66,22 @@ def _rank(rank: int, world: int, init_file: str, model_dir: str, settings: list[
         engine = FSDPTrainEngine(model_dir, s)
         batch = make_batch(8).chunk(world)[rank]
         lp = engine.log_probs(batch, temperature=1.0, with_entropy=True)
-        metrics = engine.train_step(batch, LossConfig(clip_low=0.2, clip_high=0.28), temperature=1.0, entropy_coef=0.01)
+        metrics = engine.train_step(
+            batch, LossConfig(clip_low=0.2, clip_high=0.28), temperature=1.0, entropy_coef=0.01
+        )
         params = {name: t.clone() for name, t in engine.named_full_params()}
         gathered = [None] * world
-        dist.all_gather_object(gathered, {"log_probs": lp.tensors["log_probs"], "entropy": lp.tensors["entropy"]})
-        results.append({"metrics": metrics, "params": params,
-                        "log_probs": torch.cat([g["log_probs"] for g in gathered]),
-                        "entropy": torch.cat([g["entropy"] for g in gathered])})
+        dist.all_gather_object(
+            gathered, {"log_probs": lp.tensors["log_probs"], "entropy": lp.tensors["entropy"]}
+        )
+        results.append(
+            {
+                "metrics": metrics,
+                "params": params,
+                "log_probs": torch.cat([g["log_probs"] for g in gathered]),
+                "entropy": torch.cat([g["entropy"] for g in gathered]),
+            }
+        )
     if rank == 0:
         torch.save(results, out_file)
     dist.destroy_process_group()
@@ -89,7 +107,9 @@ def one_rank(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> list[
 
 @pytest.fixture(scope="module")
 def two_ranks(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> list[dict]:
-    return run_ranks(tmp_path_factory.mktemp("two_ranks"), model_dir, 2, [TrainSettings(lr=LR, micro_batch_size=2)])
+    return run_ranks(
+        tmp_path_factory.mktemp("two_ranks"), model_dir, 2, [TrainSettings(lr=LR, micro_batch_size=2)]
+    )
 
 
 def assert_same_step(a: dict, b: dict) -> None:
@@ -145,7 +165,9 @@ def test_checkpoint_is_hf_loadable_and_world_size_independent(tmp_path: Path, mo
     mp.spawn(_save_rank, args=(2, str(tmp_path / "pg_a"), str(model_dir), str(saved), ""), nprocs=2)
     model = load_causal_lm(saved)  # plain transformers loading, no or1 code in between
     assert json.loads((saved / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
-    assert not torch.equal(model.state_dict()["model.norm.weight"], load_causal_lm(model_dir).state_dict()["model.norm.weight"])
+    assert not torch.equal(
+        model.state_dict()["model.norm.weight"], load_causal_lm(model_dir).state_dict()["model.norm.weight"]
+    )
     mp.spawn(_save_rank, args=(1, str(tmp_path / "pg_b"), str(model_dir), str(resaved), str(saved)), nprocs=1)
     again = load_causal_lm(resaved).state_dict()
     for name, value in model.state_dict().items():

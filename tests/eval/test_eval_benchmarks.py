@@ -24,7 +24,9 @@ def gold(row: dict) -> object:
 
 
 @shared
-@pytest.mark.parametrize(("name", "count"), [("aime24", 30), ("aime25", 30), ("math500", 500), ("amc", 83), ("livecodebench", 279)])
+@pytest.mark.parametrize(
+    ("name", "count"), [("aime24", 30), ("aime25", 30), ("math500", 500), ("amc", 83), ("livecodebench", 279)]
+)
 def test_registry_defaults_to_the_shared_files(name: str, count: int) -> None:
     bench = load_benchmark(name)
     assert len(bench.rows) == count
@@ -40,7 +42,9 @@ def test_or1_row_files_pass_through_unchanged() -> None:
     jsonl = load_benchmark("aime24", data=SHARED_BENCHMARKS / "aime24" / "aime24.jsonl").rows
     parquet = load_benchmark("aime24").rows
     assert [r["prompt"] for r in jsonl] == [r["prompt"] for r in parquet]
-    assert jsonl[1]["reward_model"]["ground_truth"] == "025"  # zero-padded gold kept; the reward compares integers
+    assert (
+        jsonl[1]["reward_model"]["ground_truth"] == "025"
+    )  # zero-padded gold kept; the reward compares integers
 
 
 @shared
@@ -108,7 +112,9 @@ def test_hub_livecodebench_rows_are_windowed_by_date_and_private_tests_decoded(t
     assert [r["extra_info"]["question_id"] for r in bench.rows] == ["p1", "p2"]
     assert "kept 2 of 4" in bench.date_filter
     assert gold(bench.rows[0]) == {"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]}
-    wide = load_benchmark("livecodebench", data=path, window=(datetime.date(2024, 1, 1), datetime.date(2026, 1, 1)))
+    wide = load_benchmark(
+        "livecodebench", data=path, window=(datetime.date(2024, 1, 1), datetime.date(2026, 1, 1))
+    )
     assert len(wide.rows) == 4
 
 
@@ -117,7 +123,9 @@ def test_hub_functional_problems_take_func_name_from_metadata(tmp_path: Path) ->
     record["starter_code"] = "class Solution:\n    def add(self, a: int, b: int) -> int:\n        "
     record["metadata"] = json.dumps({"func_name": "add"})
     record["public_test_cases"] = json.dumps([{"input": "1\n2", "output": "3", "testtype": "functional"}])
-    record["private_test_cases"] = json.dumps([{"input": "2\n2", "output": "4", "testtype": "functional"}])  # plain JSON form
+    record["private_test_cases"] = json.dumps(
+        [{"input": "2\n2", "output": "4", "testtype": "functional"}]
+    )  # plain JSON form
     path = tmp_path / "lcb.jsonl"
     path.write_text(json.dumps(record) + "\n")
     truth = gold(load_benchmark("livecodebench", data=path).rows[0])
@@ -125,7 +133,10 @@ def test_hub_functional_problems_take_func_name_from_metadata(tmp_path: Path) ->
 
 
 def test_private_test_decoder_accepts_only_a_pickled_string() -> None:
-    assert decode_private_tests(_private([{"input": "x", "output": "y", "testtype": "stdin"}]))[0]["output"] == "y"
+    assert (
+        decode_private_tests(_private([{"input": "x", "output": "y", "testtype": "stdin"}]))[0]["output"]
+        == "y"
+    )
     smuggled = base64.b64encode(zlib.compress(pickle.dumps(datetime.date(2024, 1, 1)))).decode()
     with pytest.raises(UserError, match="only a pickled string"):
         decode_private_tests(smuggled)
@@ -138,8 +149,11 @@ def test_private_test_decoder_accepts_only_a_pickled_string() -> None:
 
 def test_an_or1_row_file_is_a_benchmark(tmp_path: Path) -> None:
     row = {
-        "data_source": "mine", "prompt": [{"role": "user", "content": "1+1?"}], "ability": "math",
-        "reward_model": {"ground_truth": "[\"2\"]", "style": "rule"}, "extra_info": {"index": 0},
+        "data_source": "mine",
+        "prompt": [{"role": "user", "content": "1+1?"}],
+        "ability": "math",
+        "reward_model": {"ground_truth": '["2"]', "style": "rule"},
+        "extra_info": {"index": 0},
     }
     path = write_rows(tmp_path / "mine.parquet", [row, row])
     bench = load_benchmark(str(path))
@@ -160,13 +174,27 @@ def test_user_errors(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="Cannot read"):
         load_benchmark("amc", data=broken)
     mixed = tmp_path / "mixed.json"
-    mixed.write_text(json.dumps([{"problem": "p", "starter_code": "", "tests": [
-        {"input": "1", "output": "1", "testtype": "stdin"}, {"input": "1", "output": "1", "testtype": "functional"}]}]))
+    mixed.write_text(
+        json.dumps(
+            [
+                {
+                    "problem": "p",
+                    "starter_code": "",
+                    "tests": [
+                        {"input": "1", "output": "1", "testtype": "stdin"},
+                        {"input": "1", "output": "1", "testtype": "functional"},
+                    ],
+                }
+            ]
+        )
+    )
     with pytest.raises(UserError, match="must all be 'stdin' or all 'functional'"):
         load_benchmark("livecodebench", data=mixed)
 
 
-def test_hub_sources_are_loaded_in_order_and_converted(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+def test_hub_sources_are_loaded_in_order_and_converted(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     import datasets
 
     calls = []
@@ -174,12 +202,19 @@ def test_hub_sources_are_loaded_in_order_and_converted(tmp_path: Path, monkeypat
     def fake_load(**kwargs):
         calls.append(kwargs)
         part = kwargs.get("name")
-        return [{"question": f"{part} problem {i}", "answer": str(i)} for i in range(2 if part == "AIME2025-I" else 1)]
+        return [
+            {"question": f"{part} problem {i}", "answer": str(i)}
+            for i in range(2 if part == "AIME2025-I" else 1)
+        ]
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
     bench = load_benchmark("aime25", shared_dir=tmp_path)  # no shared file there: the hub path
     assert [c["name"] for c in calls] == ["AIME2025-I", "AIME2025-II"]
-    assert [r["prompt"][0]["content"].split(" problem")[0] for r in bench.rows] == ["AIME2025-I", "AIME2025-I", "AIME2025-II"]
+    assert [r["prompt"][0]["content"].split(" problem")[0] for r in bench.rows] == [
+        "AIME2025-I",
+        "AIME2025-I",
+        "AIME2025-II",
+    ]
     assert bench.source == "hub:opencompass/AIME2025" and bench.sha256 is None
 
     def offline(**kwargs):

@@ -17,9 +17,13 @@ from or1.eval.metrics import (
 )
 
 
-def problem(pid: str, correct: list[int], answers: list[str | None] | None = None, tokens: int = 10) -> ProblemSamples:
+def problem(
+    pid: str, correct: list[int], answers: list[str | None] | None = None, tokens: int = 10
+) -> ProblemSamples:
     answers = answers or [None] * len(correct)
-    return ProblemSamples(pid, [SampleOutcome(bool(c), a, tokens, False) for c, a in zip(correct, answers, strict=True)])
+    return ProblemSamples(
+        pid, [SampleOutcome(bool(c), a, tokens, False) for c, a in zip(correct, answers, strict=True)]
+    )
 
 
 def test_pass_at_k_matches_the_closed_form_for_every_small_case() -> None:
@@ -72,14 +76,19 @@ def test_majority_answer_counts_as_correct_when_any_of_its_samples_was_judged_co
 
 
 def test_maj_metric_is_reported_for_math() -> None:
-    problems = [problem("a", [1, 0, 0, 1], ["5", "7", "7", "5"]), problem("b", [0, 0, 1, 0], ["2", "2", "9", "4"])]
+    problems = [
+        problem("a", [1, 0, 0, 1], ["5", "7", "7", "5"]),
+        problem("b", [0, 0, 1, 0], ["2", "2", "9", "4"]),
+    ]
     est = compute_metrics(problems, seed=0, with_majority=True).estimates
     assert est["maj@4"].value == pytest.approx(0.5)
     assert est["maj@2"].value == pytest.approx(0.5)  # a: tie 5/7 -> "5" correct; b: "2" wrong
 
 
 def test_bootstrap_interval_is_seeded_and_brackets_the_mean() -> None:
-    values = [(i * 37 % 11) / 11 + (i % 3) / 97 for i in range(30)]  # many distinct values: seeds give distinct ends
+    values = [
+        (i * 37 % 11) / 11 + (i % 3) / 97 for i in range(30)
+    ]  # many distinct values: seeds give distinct ends
     first = bootstrap_ci(values, seed=7)
     assert bootstrap_ci(values, seed=7) == first
     assert bootstrap_ci(values, seed=8) != first

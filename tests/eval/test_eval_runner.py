@@ -22,8 +22,13 @@ from or1.eval.runner import evaluate_rows, run_eval
 
 def math_rows(count: int) -> list[dict]:
     return [
-        make_row(data_source="t", prompt=[{"role": "user", "content": f"Compute {i}+1."}], ability="math",
-                 ground_truth=[str(i + 1)], extra_info={"index": i})
+        make_row(
+            data_source="t",
+            prompt=[{"role": "user", "content": f"Compute {i}+1."}],
+            ability="math",
+            ground_truth=[str(i + 1)],
+            extra_info={"index": i},
+        )
         for i in range(count)
     ]
 
@@ -57,12 +62,26 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     data = write_rows(tmp_path / "rows.parquet", math_rows(3))
     sampler = FakeSampler()
     monkeypatch.setattr(runner, "load_sampler", lambda engine, model, sampling: sampler)
-    return {"model": model, "data": data, "out": tmp_path / "out", "sampler": sampler, "monkeypatch": monkeypatch}
+    return {
+        "model": model,
+        "data": data,
+        "out": tmp_path / "out",
+        "sampler": sampler,
+        "monkeypatch": monkeypatch,
+    }
 
 
 def run(s: dict, **kwargs) -> Path:
-    args = {"model": s["model"], "n": 4, "data": s["data"], "out": s["out"], "max_tokens": 16, "batch_size": 5,
-            "show_progress": False, "workers": 1}
+    args = {
+        "model": s["model"],
+        "n": 4,
+        "data": s["data"],
+        "out": s["out"],
+        "max_tokens": 16,
+        "batch_size": 5,
+        "show_progress": False,
+        "workers": 1,
+    }
     return run_eval("aime24", **{**args, **kwargs})
 
 
@@ -75,8 +94,15 @@ def test_outputs_and_summary(setup: dict) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["model"]["sha256"] == model_fingerprint(setup["model"])["sha256"]
     assert summary["data"]["num_problems"] == 3 and len(summary["data"]["sha256"]) == 64
-    assert summary["sampling"] == {"protocol": "skywork", "n": 4, "temperature": 1.0, "top_p": 1.0, "max_tokens": 16,
-                                   "seed": 0, "overridden": ["n", "max_tokens"]}
+    assert summary["sampling"] == {
+        "protocol": "skywork",
+        "n": 4,
+        "temperature": 1.0,
+        "top_p": 1.0,
+        "max_tokens": 16,
+        "seed": 0,
+        "overridden": ["n", "max_tokens"],
+    }
     assert summary["environment"]["or1"] and summary["started_at"] <= summary["finished_at"]
     saved = records(out)
     assert len(saved) == 12 and {r["reason"] for r in saved} <= {"correct", "wrong_answer"}
@@ -104,7 +130,9 @@ def test_a_crashed_run_resumes_without_regenerating(setup: dict) -> None:
 
 def test_a_complete_cache_loads_no_model_and_more_samples_extend_it(setup: dict) -> None:
     run(setup)
-    setup["monkeypatch"].setattr(runner, "load_sampler", lambda *a: pytest.fail("model loaded for a cached run"))
+    setup["monkeypatch"].setattr(
+        runner, "load_sampler", lambda *a: pytest.fail("model loaded for a cached run")
+    )
     run(setup)
     more = FakeSampler()
     setup["monkeypatch"].setattr(runner, "load_sampler", lambda *a: more)
@@ -155,7 +183,9 @@ def test_a_sigkilled_run_resumes(setup: dict) -> None:
     env = {**os.environ, "PYTHONPATH": str(Path(runner.__file__).parents[2])}
     proc = subprocess.run(
         [sys.executable, "-c", SIGKILL_SCRIPT, str(setup["model"]), str(setup["data"]), str(setup["out"])],
-        env=env, capture_output=True, timeout=120,
+        env=env,
+        capture_output=True,
+        timeout=120,
     )
     assert proc.returncode == -9, proc.stderr.decode()[-2000:]
     assert len(records(setup["out"])) == 4

@@ -42,7 +42,9 @@ class Solution:
 def test_public_tests_accept_right_programs_and_reject_wrong_ones() -> None:
     rows = load_benchmark("livecodebench").rows
     stdin_row = rows[0]  # "which element is the second largest": stdin/stdout tests
-    call_row = next(r for r in rows if '"fn_name": "shortestDistanceAfterQueries"' in r["reward_model"]["ground_truth"])
+    call_row = next(
+        r for r in rows if '"fn_name": "shortestDistanceAfterQueries"' in r["reward_model"]["ground_truth"]
+    )
     responses = [[STDIN_SOLUTION, "```python\nprint(1)\n```"], [CALL_SOLUTION, "I cannot solve it."]]
     result = evaluate_rows([stdin_row, call_row], lambda prompts, n: responses, 2, workers=2)
     assert [r.reason for r in result.records] == ["correct", "wrong_output", "correct", "no_code"]

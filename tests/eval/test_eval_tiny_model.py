@@ -21,8 +21,17 @@ def lines(out: Path) -> list[dict]:
 
 def test_aime24_on_the_tiny_model(tiny_model_dir: Path, tmp_path: Path) -> None:
     data = SHARED_BENCHMARKS / "aime24" / "aime24.parquet"
-    out = run_eval("aime24", model=tiny_model_dir, n=2, data=data, max_tokens=16, max_problems=2, out=tmp_path / "a",
-                   workers=1, show_progress=False)
+    out = run_eval(
+        "aime24",
+        model=tiny_model_dir,
+        n=2,
+        data=data,
+        max_tokens=16,
+        max_problems=2,
+        out=tmp_path / "a",
+        workers=1,
+        show_progress=False,
+    )
     header, *samples = lines(out)
     assert header["header"]["model_sha256"] == model_fingerprint(tiny_model_dir)["sha256"]
     assert len(samples) == 4 and all(s["num_tokens"] <= 16 and s["reason"] for s in samples)
@@ -52,8 +61,16 @@ def test_livecodebench_on_the_tiny_model_resumes_after_a_kill(
         return wrapped
 
     monkeypatch.setattr(runner, "load_sampler", dying)
-    kwargs = {"model": tiny_model_dir, "n": 3, "max_tokens": 8, "max_problems": 1, "out": tmp_path / "lcb",
-              "batch_size": 1, "workers": 1, "show_progress": False}
+    kwargs = {
+        "model": tiny_model_dir,
+        "n": 3,
+        "max_tokens": 8,
+        "max_problems": 1,
+        "out": tmp_path / "lcb",
+        "batch_size": 1,
+        "workers": 1,
+        "show_progress": False,
+    }
     with pytest.raises(KeyboardInterrupt):
         run_eval("livecodebench", **kwargs)
     before = lines(tmp_path / "lcb")[1:]
@@ -66,7 +83,6 @@ def test_livecodebench_on_the_tiny_model_resumes_after_a_kill(
     assert summary["samples_reused"] == 1 and summary["data"]["date_filter"].startswith("not applied")
     assert "maj@3" not in summary["metrics"]["estimates"]
     assert (out / "report.md").is_file()
-
 
 
 def test_training_validation_path_on_the_tiny_model(tiny_model_dir: Path) -> None:

@@ -20,7 +20,9 @@ from or1.rewards.result import BAD_INPUT, NO_CODE, SYNTAX_ERROR
 
 
 def test_extracts_last_python_block_after_think():
-    response = "```python\nprint(0)\n```</think>draft\n```python\nprint(1)\n```\nfinal\n```python\nprint(2)\n```"
+    response = (
+        "```python\nprint(0)\n```</think>draft\n```python\nprint(1)\n```\nfinal\n```python\nprint(2)\n```"
+    )
     assert extract_program(response) == "print(2)\n"
     assert extract_program("<think>```python\nprint(1)\n```</think> no code") is None
     assert extract_program("```py\nprint(1)\n```") is None
@@ -43,45 +45,100 @@ def test_three_forms_are_recognised():
     assert lcb == [CallCase("numberOfSubstrings", ["abacb", 2], 4)]
     taco = parse_ground_truth({"inputs": [[[1, 2], 3]], "outputs": [[[4, 5]]], "fn_name": "f"})
     assert taco == [CallCase("f", [[1, 2], 3], [4, 5])]
-    asserts = parse_ground_truth({"import_prefix": "import math", "test_code": "def check(c): pass",
-                                  "entry_point": "Solution().f"})
+    asserts = parse_ground_truth(
+        {"import_prefix": "import math", "test_code": "def check(c): pass", "entry_point": "Solution().f"}
+    )
     assert asserts == [AssertCase("import math", "def check(c): pass", "Solution().f")]
 
 
 def test_none_keys_from_datasets_map_are_dropped():
     """Hugging Face `datasets.map` fills the other forms' keys with None; they must not pick the form."""
-    row = {"inputs": ["1\n"], "outputs": ["1\n"], "fn_name": None, "import_prefix": None, "test_code": None,
-           "entry_point": None}
+    row = {
+        "inputs": ["1\n"],
+        "outputs": ["1\n"],
+        "fn_name": None,
+        "import_prefix": None,
+        "test_code": None,
+        "entry_point": None,
+    }
     assert parse_ground_truth(row) == [StdinCase("1\n", "1\n")]
-    assert isinstance(parse_ground_truth({"inputs": None, "outputs": None, "test_code": "def check(c): pass",
-                                          "entry_point": "f", "fn_name": None})[0], AssertCase)
+    assert isinstance(
+        parse_ground_truth(
+            {
+                "inputs": None,
+                "outputs": None,
+                "test_code": "def check(c): pass",
+                "entry_point": "f",
+                "fn_name": None,
+            }
+        )[0],
+        AssertCase,
+    )
 
 
-@pytest.mark.parametrize("gt", [
-    "not json", "[1, 2]", {"inputs": ["1"]}, {"inputs": ["1"], "outputs": []}, {"inputs": [], "outputs": []},
-    {"inputs": [1], "outputs": ["1"]}, {"inputs": ["1"], "outputs": ["1"], "fn_name": "not a name"},
-    {"inputs": ["{bad"], "outputs": ["1"], "fn_name": "f"}, {"test_code": "def check(c): pass"}, 42, None,
-])
+@pytest.mark.parametrize(
+    "gt",
+    [
+        "not json",
+        "[1, 2]",
+        {"inputs": ["1"]},
+        {"inputs": ["1"], "outputs": []},
+        {"inputs": [], "outputs": []},
+        {"inputs": [1], "outputs": ["1"]},
+        {"inputs": ["1"], "outputs": ["1"], "fn_name": "not a name"},
+        {"inputs": ["{bad"], "outputs": ["1"], "fn_name": "f"},
+        {"test_code": "def check(c): pass"},
+        42,
+        None,
+    ],
+)
 def test_invalid_ground_truth_is_bad_input(gt):
     result = score_code_batch(["```python\nprint(1)\n```"], [gt])[0]
     assert result.score == 0.0 and result.reason == BAD_INPUT
 
 
-@pytest.mark.parametrize("got, want, same", [
-    ("3\n", "3", True), ("3   \n\n\n", "3\n", True), ("1 2\n3\n", "1 2\n3", True), ("1.0 2\n", "1 2\n", True),
-    ("1e3\n", "1000\n", True), ("3\n", "4\n", False), ("1 2\n", "1  2\n", True), ("\n3\n", "3\n", False),
-    ("abc\n", "ABC\n", False), ("1 2\n", "1 2 3\n", False), ("", "0\n", False), ("", "\n", True),
-    ("0.1000001\n", "0.1\n", False), ("nan\n", "nan\n", True), ("nan\n", "NaN\n", False), ("3\n4\n", "3\n", False),
-])
+@pytest.mark.parametrize(
+    "got, want, same",
+    [
+        ("3\n", "3", True),
+        ("3   \n\n\n", "3\n", True),
+        ("1 2\n3\n", "1 2\n3", True),
+        ("1.0 2\n", "1 2\n", True),
+        ("1e3\n", "1000\n", True),
+        ("3\n", "4\n", False),
+        ("1 2\n", "1  2\n", True),
+        ("\n3\n", "3\n", False),
+        ("abc\n", "ABC\n", False),
+        ("1 2\n", "1 2 3\n", False),
+        ("", "0\n", False),
+        ("", "\n", True),
+        ("0.1000001\n", "0.1\n", False),
+        ("nan\n", "nan\n", True),
+        ("nan\n", "NaN\n", False),
+        ("3\n4\n", "3\n", False),
+    ],
+)
 def test_stdout_comparison_is_livecodebench_like(got: str, want: str, same: bool):
     assert same_stdout(got, want) is same
 
 
-@pytest.mark.parametrize("got, want, same", [
-    (3, 3, True), (3.0, 3, True), (True, 1, False), (1, True, False), ([1, [2]], [1, [2]], True),
-    ([1, 2], [2, 1], False), ({"a": 1}, {"a": 1.0}, True), ("a", "a", True), (0.1 + 0.2, 0.3, True),
-    (None, None, True), (None, 0, False), ([1], 1, False),
-])
+@pytest.mark.parametrize(
+    "got, want, same",
+    [
+        (3, 3, True),
+        (3.0, 3, True),
+        (True, 1, False),
+        (1, True, False),
+        ([1, [2]], [1, [2]], True),
+        ([1, 2], [2, 1], False),
+        ({"a": 1}, {"a": 1.0}, True),
+        ("a", "a", True),
+        (0.1 + 0.2, 0.3, True),
+        (None, None, True),
+        (None, 0, False),
+        ([1], 1, False),
+    ],
+)
 def test_return_value_comparison(got, want, same: bool):
     assert same_value(got, want) is same
 

@@ -15,21 +15,23 @@ from or1.rewards.result import CORRECT, TIMEOUT, WRONG_OUTPUT
 from or1.sandbox.pool import close_pools, unavailable
 from or1.sandbox.probes import ASSERT_GT, REVERSE_OK
 
-LCB = Path(__file__).parents[2] / ".." / "shared" / "benchmarks" / "livecodebench" / "lcb_2408_2502_public.json"
+LCB = (
+    Path(__file__).parents[2] / ".." / "shared" / "benchmarks" / "livecodebench" / "lcb_2408_2502_public.json"
+)
 # Our own reference solutions for a few problems of the public LiveCodeBench window (index: program).
 REFERENCE = {
     0: "n = int(input())\na = list(map(int, input().split()))\nprint(a.index(sorted(a)[-2]) + 1)\n",
     249: "class Solution:\n    def smallestNumber(self, n: int) -> int:\n        x = 1\n"
-         "        while x < n:\n            x = 2 * x + 1\n        return x\n",
+    "        while x < n:\n            x = 2 * x + 1\n        return x\n",
     79: "class Solution:\n    def largestPalindrome(self, n: int, k: int) -> str:\n"
-        "        best = None\n        for x in range(10 ** n - 1, 10 ** (n - 1) - 1, -1):\n"
-        "            s = str(x)\n            if s == s[::-1] and x % k == 0:\n                return s\n        return ''\n",
+    "        best = None\n        for x in range(10 ** n - 1, 10 ** (n - 1) - 1, -1):\n"
+    "            s = str(x)\n            if s == s[::-1] and x % k == 0:\n                return s\n        return ''\n",
     108: "class Solution:\n    def minElement(self, nums: List[int]) -> int:\n"
-         "        return min(sum(map(int, str(x))) for x in nums)\n",
+    "        return min(sum(map(int, str(x))) for x in nums)\n",
     220: "class Solution:\n    def numberOfSubstrings(self, s: str, k: int) -> int:\n        n, total = len(s), 0\n"
-         "        for i in range(n):\n            seen = {}\n            for j in range(i, n):\n"
-         "                seen[s[j]] = seen.get(s[j], 0) + 1\n                if seen[s[j]] >= k:\n"
-         "                    total += n - j\n                    break\n        return total\n",
+    "        for i in range(n):\n            seen = {}\n            for j in range(i, n):\n"
+    "                seen[s[j]] = seen.get(s[j], 0) + 1\n                if seen[s[j]] >= k:\n"
+    "                    total += n - j\n                    break\n        return total\n",
 }
 WRONG = {
     0: "n = int(input())\na = list(map(int, input().split()))\nprint(a.index(max(a)) + 1)\n",
@@ -87,7 +89,9 @@ def test_leetcode_assert_and_taco_call_forms(backend: str):
 def test_fraction_mode_and_first_failure(backend: str):
     gt = {"inputs": ["1\n", "2\n", "3\n", "4\n"], "outputs": ["1\n", "4\n", "9\n", "15\n"]}
     program = respond("x = int(input())\nprint(x * x)\n")
-    binary, fraction = (score_code_batch([program], [gt], backend=backend, fraction=f)[0] for f in (False, True))
+    binary, fraction = (
+        score_code_batch([program], [gt], backend=backend, fraction=f)[0] for f in (False, True)
+    )
     assert binary.score == 0.0 and binary.reason == WRONG_OUTPUT and "test 3" in binary.detail
     assert fraction.score == 0.75 and fraction.reason == WRONG_OUTPUT
 
@@ -101,7 +105,9 @@ def test_timeout_is_per_test(backend: str):
 
 def test_batch_order_is_kept_across_slots(backend: str):
     gt = {"inputs": ["\n"], "outputs": ["ok\n"]}
-    programs = [("import time\ntime.sleep(0.3)\n" if i % 3 == 0 else "") + ("print('ok')" if i % 2 else "print('no')")
-                for i in range(12)]
+    programs = [
+        ("import time\ntime.sleep(0.3)\n" if i % 3 == 0 else "") + ("print('ok')" if i % 2 else "print('no')")
+        for i in range(12)
+    ]
     results = score_code_batch([respond(p) for p in programs], [gt] * 12, backend=backend, slots=2)
     assert [r.score for r in results] == [float(i % 2) for i in range(12)]

@@ -14,8 +14,14 @@ from or1.sandbox.check import CheckResult, run_self_test
 from or1.sandbox.probes import controls, hostile
 
 PROBES = [p.name for p in controls() + hostile(0, "secret", "/nowhere")]
-HOST_CHECKS = ["still_judges", "no_test_processes", "no_files_outside", "no_connections", "host_processes_alive",
-               "clean_close"]
+HOST_CHECKS = [
+    "still_judges",
+    "no_test_processes",
+    "no_files_outside",
+    "no_connections",
+    "host_processes_alive",
+    "clean_close",
+]
 
 
 @pytest.fixture(scope="module", params=BACKENDS)

@@ -55,7 +55,9 @@ def test_runner_never_signals_groups_or_everyone():
     for call in calls:
         if getattr(call.func, "attr", "") == "kill":
             first = call.args[0]
-            assert not isinstance(first, ast.UnaryOp) and not (isinstance(first, ast.Constant) and first.value <= 0)
+            assert not isinstance(first, ast.UnaryOp) and not (
+                isinstance(first, ast.Constant) and first.value <= 0
+            )
 
 
 def test_runner_refuses_to_serve_without_distinct_test_uids():

@@ -54,7 +54,9 @@ def test_docker_slot_recovers_and_close_removes_the_container():
         assert attrs["NetworkMode"] == "none" and attrs["ReadonlyRootfs"] and attrs["PidsLimit"] > 0
         assert attrs["Memory"] == Limits().slot_memory_mb << 20
         assert sandbox.run(ECHO).stdout == "hi\n"
-        sandbox.container.exec_run(["python3", "-c", KILL_RUNNER])  # the next test is internal, then all is well
+        sandbox.container.exec_run(
+            ["python3", "-c", KILL_RUNNER]
+        )  # the next test is internal, then all is well
         assert sandbox.run(ECHO).status == "internal"
         assert sandbox.run(ECHO).stdout == "hi\n"
     finally:
@@ -70,8 +72,9 @@ def test_docker_containers_of_dead_owners_are_removed():
 
     client = docker_client()
     owner = f"{socket.gethostname()}:999999999:0"  # no such pid
-    orphan = client.containers.run(IMAGE, ["sleep", "60"], detach=True, network_mode="none",
-                                   labels={LABEL: "1", "or1.owner": owner})
+    orphan = client.containers.run(
+        IMAGE, ["sleep", "60"], detach=True, network_mode="none", labels={LABEL: "1", "or1.owner": owner}
+    )
     try:
         assert remove_orphans(client) >= 1
         assert not client.containers.list(all=True, filters={"id": orphan.id})

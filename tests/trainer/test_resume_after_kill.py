@@ -22,9 +22,15 @@ STEPS = 4
 
 def command(run_dir: Path, model_dir: Path, data_dir: Path, resume: str) -> list[str]:
     overrides = [
-        f"model.path={model_dir}", f"data.train_files=[{data_dir / 'train.parquet'}]", f"trainer.steps={STEPS}",
-        "trainer.save_every=1", "trainer.keep_checkpoints=5", "trainer.batch_size=8", "actor.ppo_mini_batch_size=8",
-        "rollout.n=4", "trainer.loggers=[jsonl]",
+        f"model.path={model_dir}",
+        f"data.train_files=[{data_dir / 'train.parquet'}]",
+        f"trainer.steps={STEPS}",
+        "trainer.save_every=1",
+        "trainer.keep_checkpoints=5",
+        "trainer.batch_size=8",
+        "actor.ppo_mini_batch_size=8",
+        "rollout.n=4",
+        "trainer.loggers=[jsonl]",
     ]
     code = (
         "import sys; from pathlib import Path; from or1.trainer.run import run_train; "
@@ -54,7 +60,9 @@ def kill_while_writing(cmd: list[str], checkpoints: Path, step: int) -> None:
 
 def metrics(run_dir: Path) -> list[dict]:
     lines = (run_dir / "stage1" / "metrics.jsonl").read_text().splitlines()
-    return [{k: v for k, v in json.loads(line).items() if not k.startswith(("time/", "perf/"))} for line in lines]
+    return [
+        {k: v for k, v in json.loads(line).items() if not k.startswith(("time/", "perf/"))} for line in lines
+    ]
 
 
 @pytest.mark.slow
@@ -64,7 +72,9 @@ def test_killed_during_checkpoint_then_resumed_equals_uninterrupted(
     straight, killed = tmp_path / "straight", tmp_path / "killed"
     run(command(straight, tiny_model_dir, tiny_data_dir, "never"))
 
-    kill_while_writing(command(killed, tiny_model_dir, tiny_data_dir, "never"), killed / "stage1" / "checkpoints", 3)
+    kill_while_writing(
+        command(killed, tiny_model_dir, tiny_data_dir, "never"), killed / "stage1" / "checkpoints", 3
+    )
     manager = CheckpointManager(killed / "stage1", keep=5)
     assert manager.latest() == manager.root / "step_2"  # the half-written step 3 does not count
     assert (manager.root / "step_3.tmp").exists()

@@ -17,7 +17,12 @@ def test_missing_model_folder(tmp_path: Path) -> None:
     data = tmp_path / "train.parquet"
     data.write_bytes(b"")
     with pytest.raises(UserError, match=r"model.path: .*nowhere is not a model folder.*or1 init-model"):
-        run_train(RECIPE, "1", tmp_path / "run", [f"model.path={tmp_path / 'nowhere'}", f"data.train_files=[{data}]"])
+        run_train(
+            RECIPE,
+            "1",
+            tmp_path / "run",
+            [f"model.path={tmp_path / 'nowhere'}", f"data.train_files=[{data}]"],
+        )
 
 
 def test_missing_data_file(tmp_path: Path) -> None:

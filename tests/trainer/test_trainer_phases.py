@@ -34,7 +34,9 @@ def scored_batch(scores: list[float], truncated: list[bool], groups: list[str], 
 
 def test_zero_reward_truncation_and_rejection_keep_only_informative_groups() -> None:
     # group a: 1, 1(truncated -> 0)  -> informative; group b: 1, 1 -> all solved; group c: 0, 0 -> none solved
-    batch = scored_batch([1, 1, 1, 1, 0, 0], [False, True, False, False, False, False], ["a", "a", "b", "b", "c", "c"])
+    batch = scored_batch(
+        [1, 1, 1, 1, 0, 0], [False, True, False, False, False, False], ["a", "a", "b", "b", "c", "c"]
+    )
     batch = truncation_policy(batch, AlgorithmConfig())
     assert batch.tensors["rewards"].tolist() == [1, 0, 1, 1, 0, 0]
     kept, stats = rejection_sample(batch, AlgorithmConfig(), multiple=2)

@@ -19,8 +19,14 @@ N, MAX_RESPONSE = 4, 12  # 12 tokens: long answers must come back truncated
 
 
 def config(model_dir: Path, data_dir: Path, **extra: str):
-    overrides = [f"model.path={model_dir}", f"data.train_files=[{data_dir / 'train.parquet'}]", "trainer.batch_size=4",
-                 "actor.ppo_mini_batch_size=4", f"rollout.n={N}", f"rollout.max_response_length={MAX_RESPONSE}"]
+    overrides = [
+        f"model.path={model_dir}",
+        f"data.train_files=[{data_dir / 'train.parquet'}]",
+        "trainer.batch_size=4",
+        "actor.ppo_mini_batch_size=4",
+        f"rollout.n={N}",
+        f"rollout.max_response_length={MAX_RESPONSE}",
+    ]
     return resolve(RECIPE, 1, overrides + [f"{k}={v}" for k, v in extra.items()])
 
 
@@ -33,11 +39,20 @@ def ray_cluster():
 @pytest.fixture(scope="module")
 def groups(ray_cluster, tiny_model_dir: Path, tiny_data_dir: Path):
     cfg = config(tiny_model_dir, tiny_data_dir)
-    roles = {"actor_rollout": (ActorRolloutRefWorker, {"config": cfg, "model_path": str(tiny_model_dir), "threads": 1})}
+    roles = {
+        "actor_rollout": (
+            ActorRolloutRefWorker,
+            {"config": cfg, "model_path": str(tiny_model_dir), "threads": 1},
+        )
+    }
     actor = colocate(ResourcePool(1, 2, use_gpu=False), roles, name="actor")["actor_rollout"]
     actor.init_model()
-    reward = WorkerGroup(ResourcePool(1, 1, use_gpu=False), RewardWorker, init_kwargs={"config": cfg.reward}, name="reward")
-    loader = PromptLoader(cfg.data.train_files, load_tokenizer(tiny_model_dir), batch_size=4, max_prompt_length=32, seed=0)
+    reward = WorkerGroup(
+        ResourcePool(1, 1, use_gpu=False), RewardWorker, init_kwargs={"config": cfg.reward}, name="reward"
+    )
+    loader = PromptLoader(
+        cfg.data.train_files, load_tokenizer(tiny_model_dir), batch_size=4, max_prompt_length=32, seed=0
+    )
     yield cfg, actor, reward, loader
     actor.shutdown()
     reward.shutdown()
@@ -51,34 +66,50 @@ def test_generate_score_log_prob_update_roundtrip(groups, tmp_path: Path) -> Non
     assert list(batch.non_tensor["uid"]) == [u for u in prompts.non_tensor["uid"] for _ in range(N)]
     lengths = batch.tensors["response_mask"].sum(-1)
     assert torch.equal(lengths, batch.tensors["response_length"]) and int(lengths.max()) <= MAX_RESPONSE
-    assert torch.equal(batch.tensors["truncated"], lengths == MAX_RESPONSE) or bool(batch.tensors["truncated"].any())
+    assert torch.equal(batch.tensors["truncated"], lengths == MAX_RESPONSE) or bool(
+        batch.tensors["truncated"].any()
+    )
     assert torch.equal(batch.tensors["input_ids"][:, -MAX_RESPONSE:], batch.tensors["responses"])
     scored = reward.compute_scores(batch.only(REWARD_COLUMNS))
     assert set(scored.tensors["scores"].tolist()) <= {0.0, 1.0} and len(scored) == len(batch)
     old = actor.compute_log_prob(batch.only(["input_ids", "attention_mask", "responses", "response_mask"]))
     mask = batch.tensors["response_mask"].bool()
-    assert torch.all(old.tensors["old_log_probs"][mask] < 0) and torch.all(old.tensors["old_log_probs"][~mask] == 0)
-    update = batch.union(old).union(
-        type(batch)({"advantages": torch.randn(len(batch), 1) * mask.float()})
-    ).only(["input_ids", "attention_mask", "responses", "response_mask", "old_log_probs", "advantages"])
+    assert torch.all(old.tensors["old_log_probs"][mask] < 0) and torch.all(
+        old.tensors["old_log_probs"][~mask] == 0
+    )
+    update = (
+        batch.union(old)
+        .union(type(batch)({"advantages": torch.randn(len(batch), 1) * mask.float()}))
+        .only(["input_ids", "attention_mask", "responses", "response_mask", "old_log_probs", "advantages"])
+    )
     metrics = actor.update_actor(update, entropy_coef=0.0)
-    assert len(metrics) == 2 and metrics[0] == metrics[1]  # every rank reports the same, globally reduced, numbers
+    assert (
+        len(metrics) == 2 and metrics[0] == metrics[1]
+    )  # every rank reports the same, globally reduced, numbers
     assert metrics[0]["grad_norm"] > 0 and metrics[0]["ratio_mean"] == pytest.approx(1.0, abs=1e-5)
     after = actor.compute_log_prob(update.only(["input_ids", "attention_mask", "responses", "response_mask"]))
-    assert not torch.allclose(after.tensors["old_log_probs"], old.tensors["old_log_probs"])  # the update moved it
+    assert not torch.allclose(
+        after.tensors["old_log_probs"], old.tensors["old_log_probs"]
+    )  # the update moved it
     actor.save_checkpoint(str(tmp_path))
     assert (tmp_path / "model" / "config.json").is_file() and (tmp_path / "rng_rank1.pt").is_file()
     again = actor.generate_sequences(prompts)  # same step, same seed, same weights: the same samples
     assert torch.equal(again.tensors["responses"], actor.generate_sequences(prompts).tensors["responses"])
 
 
-def test_a_failing_worker_names_group_rank_and_method(ray_cluster, tiny_data_dir: Path, tmp_path: Path) -> None:
+def test_a_failing_worker_names_group_rank_and_method(
+    ray_cluster, tiny_data_dir: Path, tmp_path: Path
+) -> None:
     missing = tmp_path / "no_model_here"
     cfg = config(missing, tiny_data_dir)
-    roles = {"actor_rollout": (ActorRolloutRefWorker, {"config": cfg, "model_path": str(missing), "threads": 1})}
+    roles = {
+        "actor_rollout": (ActorRolloutRefWorker, {"config": cfg, "model_path": str(missing), "threads": 1})
+    }
     actor = colocate(ResourcePool(1, 2, use_gpu=False), roles, name="broken")["actor_rollout"]
     try:
-        with pytest.raises(WorkerError, match=r"broken/actor_rollout.*rank \d.*init_model\(\).*no_model_here"):
+        with pytest.raises(
+            WorkerError, match=r"broken/actor_rollout.*rank \d.*init_model\(\).*no_model_here"
+        ):
             actor.init_model()
     finally:
         actor.shutdown()

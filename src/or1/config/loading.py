@@ -56,7 +56,9 @@ def load_recipe(recipe: str) -> tuple[Path, dict[str, Any]]:
             raise UserError(f"{path}: stages[{i}]: each stage must be a mapping with a name")
         for key in stage:
             if key not in STAGE_KEYS:
-                raise UserError(f"{path}: stages[{i}].{key}: unknown key (expected one of {', '.join(sorted(STAGE_KEYS))})")
+                raise UserError(
+                    f"{path}: stages[{i}].{key}: unknown key (expected one of {', '.join(sorted(STAGE_KEYS))})"
+                )
     return path, raw
 
 
@@ -112,7 +114,11 @@ def deep_merge(base: Any, update: Any, where: str) -> Any:
         raise UserError(f"{where}: expected a value, got a mapping")
     out = copy.deepcopy(base)
     for key, value in update.items():
-        out[key] = deep_merge(out.get(key, {}), value, f"{where}.{key}") if isinstance(value, dict) else copy.deepcopy(value)
+        out[key] = (
+            deep_merge(out.get(key, {}), value, f"{where}.{key}")
+            if isinstance(value, dict)
+            else copy.deepcopy(value)
+        )
     return out
 
 
@@ -139,7 +145,11 @@ def apply_override(tree: dict[str, Any], item: str) -> tuple[str, ...]:
 
 
 def describe_error(
-    err: ValidationError, path: Path, stage_pos: int, stage_spec: dict[str, Any], set_paths: list[tuple[str, ...]]
+    err: ValidationError,
+    path: Path,
+    stage_pos: int,
+    stage_spec: dict[str, Any],
+    set_paths: list[tuple[str, ...]],
 ) -> str:
     """One line naming where the first problem came from (file and key path, or the --set flag) and what it is."""
     first = err.errors()[0]

@@ -22,7 +22,9 @@ class ModelConfig(Section):
     dtype: Literal["float32", "bfloat16", "float16"] = Field(
         "bfloat16", description="Parameter dtype for training and rollout (float32 on CPU)."
     )
-    gradient_checkpointing: bool = Field(False, description="Recompute activations in backward to save memory.")
+    gradient_checkpointing: bool = Field(
+        False, description="Recompute activations in backward to save memory."
+    )
     trust_remote_code: bool = False
 
 
@@ -31,7 +33,9 @@ class ValidationConfig(Section):
         default_factory=list,
         description="Validation sets: benchmark names (aime24, aime25, ...) or paths to or1-row files.",
     )
-    every: int = Field(20, ge=0, description="Validate every this many steps (0: only at the end of a stage).")
+    every: int = Field(
+        20, ge=0, description="Validate every this many steps (0: only at the end of a stage)."
+    )
     n: int = Field(8, ge=1, description="Samples per problem; reported as avg@n.")
     temperatures: list[float] = Field(default_factory=lambda: [0.6, 1.0])
     top_p: float = Field(1.0, gt=0, le=1)
@@ -39,18 +43,28 @@ class ValidationConfig(Section):
 
 
 class DataConfig(Section):
-    train_files: list[str] = Field(description="or1-row parquet / jsonl files or hub ids making the training set.")
-    max_prompt_length: int = Field(2048, ge=1, description="Prompts longer than this (in tokens) are dropped.")
+    train_files: list[str] = Field(
+        description="or1-row parquet / jsonl files or hub ids making the training set."
+    )
+    max_prompt_length: int = Field(
+        2048, ge=1, description="Prompts longer than this (in tokens) are dropped."
+    )
     shuffle: bool = True
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
 
 
 class RolloutConfig(Section):
-    engine: Literal["hf", "vllm"] = Field("hf", description="hf: Hugging Face generate (CPU, tests); vllm: GPU.")
+    engine: Literal["hf", "vllm"] = Field(
+        "hf", description="hf: Hugging Face generate (CPU, tests); vllm: GPU."
+    )
     n: int = Field(16, ge=1, description="Group size: responses sampled per prompt.")
-    temperature: float = Field(1.0, ge=0, description="1.0 in the paper; at 0.6 entropy collapsed in ~100 steps.")
+    temperature: float = Field(
+        1.0, ge=0, description="1.0 in the paper; at 0.6 entropy collapsed in ~100 steps."
+    )
     top_p: float = Field(1.0, gt=0, le=1)
-    max_response_length: int = Field(8192, ge=1, description="Response token budget; truncated answers score 0.")
+    max_response_length: int = Field(
+        8192, ge=1, description="Response token budget; truncated answers score 0."
+    )
     micro_batch_size: int = Field(64, ge=1, description="Sequences generated at once per worker (hf engine).")
     tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor parallelism (GPU path).")
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1, description="vLLM KV-cache share of GPU memory.")
@@ -62,15 +76,23 @@ class ActorConfig(Section):
     betas: tuple[float, float] = (0.9, 0.999)
     warmup_steps: int = Field(0, ge=0, description="Linear learning-rate warm-up steps.")
     grad_clip: float = Field(1.0, gt=0, description="Max global gradient norm.")
-    ppo_mini_batch_size: int = Field(256, ge=1, description="Prompts per SGD step; = batch size is on-policy.")
+    ppo_mini_batch_size: int = Field(
+        256, ge=1, description="Prompts per SGD step; = batch size is on-policy."
+    )
     ppo_epochs: int = Field(1, ge=1, description="Passes over each batch; 2-4 sped up entropy collapse.")
-    micro_batch_size: int = Field(8, ge=1, description="Sequences per forward/backward (gradient accumulation).")
+    micro_batch_size: int = Field(
+        8, ge=1, description="Sequences per forward/backward (gradient accumulation)."
+    )
     clip_ratio_low: float = Field(0.2, ge=0, description="PPO clip epsilon below 1.")
-    clip_ratio_high: float = Field(0.2, ge=0, description="PPO clip epsilon above 1 (clip-higher: 0.25-0.265).")
+    clip_ratio_high: float = Field(
+        0.2, ge=0, description="PPO clip epsilon above 1 (clip-higher: 0.25-0.265)."
+    )
     loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field(
         "token-mean", description="token-mean: sum of token losses over the batch / response tokens."
     )
-    offload: bool = Field(False, description="Offload FSDP parameters and optimizer to CPU between phases (GPU).")
+    offload: bool = Field(
+        False, description="Offload FSDP parameters and optimizer to CPU between phases (GPU)."
+    )
     sequence_parallel_size: int = Field(1, ge=1, description="Ulysses sequence parallelism (GPU path).")
 
 
@@ -85,7 +107,8 @@ class EntropyControlConfig(Section):
     max_coef: float | None = Field(None, ge=0, description="Upper clamp (paper: none; repository: 0.005).")
     fixed_coef: float = Field(0.0, ge=0, description="Coefficient when mode is fixed.")
     timing: Literal["paper", "repository"] = Field(
-        "paper", description="paper: the switch of step k uses e_k; repository: it uses e_(k-1), as the code does."
+        "paper",
+        description="paper: the switch of step k uses e_k; repository: it uses e_(k-1), as the code does.",
     )
 
 
@@ -93,7 +116,9 @@ class KLConfig(Section):
     enabled: bool = Field(False, description="Skywork uses no KL and loads no reference model.")
     coef: float = Field(1e-3, ge=0)
     kind: Literal["k1", "k2", "k3"] = "k3"
-    in_reward: bool = Field(False, description="Subtract the KL from the reward instead of adding a loss term.")
+    in_reward: bool = Field(
+        False, description="Subtract the KL from the reward instead of adding a loss term."
+    )
 
 
 class AlgorithmConfig(Section):
@@ -117,7 +142,9 @@ class AlgorithmConfig(Section):
 
 class RewardConfig(Section):
     workers: int = Field(2, ge=1, description="Parallel verifier processes / sandbox slots.")
-    math_timeout: float = Field(5.0, gt=0, description="Seconds per math verification (hard, process-killed).")
+    math_timeout: float = Field(
+        5.0, gt=0, description="Seconds per math verification (hard, process-killed)."
+    )
     code_timeout: float = Field(6.0, gt=0, description="Seconds per code test.")
     code_backend: Literal["local", "docker"] = "local"
 
@@ -130,10 +157,14 @@ class TrainerConfig(Section):
     nnodes: int = Field(1, ge=1)
     devices_per_node: int = Field(8, ge=1, description="GPUs per node, or CPU data-parallel ranks on CPU.")
     device: Literal["auto", "cpu", "cuda"] = "auto"
-    save_every: int = Field(20, ge=1, description="Checkpoint every this many steps (and at the stage's end).")
+    save_every: int = Field(
+        20, ge=1, description="Checkpoint every this many steps (and at the stage's end)."
+    )
     keep_checkpoints: int = Field(2, ge=1, description="Keep the newest K checkpoints.")
     seed: int = 0
-    loggers: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(default_factory=lambda: ["jsonl", "tensorboard"])
+    loggers: list[Literal["jsonl", "tensorboard", "wandb"]] = Field(
+        default_factory=lambda: ["jsonl", "tensorboard"]
+    )
     threads_per_worker: int | None = Field(None, ge=1, description="torch threads per worker process (CPU).")
 
 
@@ -142,7 +173,9 @@ class StageInfo(Section):
 
     index: int = Field(ge=1, description="1-based stage number.")
     name: str
-    start_step: int = Field(0, ge=0, description="Global step at which this stage begins (the sum of earlier stages).")
+    start_step: int = Field(
+        0, ge=0, description="Global step at which this stage begins (the sum of earlier stages)."
+    )
 
 
 class RunConfig(Section):

@@ -80,7 +80,9 @@ class FSDPTrainEngine:
         self, model_path: str | Path, settings: TrainSettings, *, trainable: bool = True, device: str = "cpu"
     ):
         if not dist.is_initialized():
-            raise RuntimeError("FSDPTrainEngine needs torch.distributed initialised (Worker.init_distributed)")
+            raise RuntimeError(
+                "FSDPTrainEngine needs torch.distributed initialised (Worker.init_distributed)"
+            )
         self.settings = settings
         self.world_size = dist.get_world_size()
         self.rank = dist.get_rank()
@@ -120,8 +122,14 @@ class FSDPTrainEngine:
         ids, mask = ids[:, first:end], mask[:, first:end]
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         logits = self.model(
-            input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False, logits_to_keep=keep_resp + 1
-        ).logits[:, :-1]  # position t predicts token t + 1: the last R' + 1 positions predict the R' responses
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=False,
+            logits_to_keep=keep_resp + 1,
+        ).logits[
+            :, :-1
+        ]  # position t predicts token t + 1: the last R' + 1 positions predict the R' responses
         targets = micro["responses"][:, :keep_resp]
         real = mask[:, -keep_resp:].to(logits.dtype)  # 0 on the padding of rows shorter than the longest
         log_probs = _pad_right(token_log_probs(logits, targets, temperature) * real, width)
@@ -158,7 +166,9 @@ class FSDPTrainEngine:
         assert self.optimizer is not None and self.scheduler is not None, "a reference engine does not train"
         tensors = batch.tensors
         rows = tensors["input_ids"].shape[0]
-        need_entropy = entropy_coef != 0.0  # the full-vocabulary entropy costs a pass over the logits: only if used
+        need_entropy = (
+            entropy_coef != 0.0
+        )  # the full-vocabulary entropy costs a pass over the logits: only if used
         sums: dict[str, float] = {}
         steps = 0
         self.model.train()
@@ -166,24 +176,37 @@ class FSDPTrainEngine:
             for mini in _even_slices(rows, self.settings.mini_batches):
                 mini_tensors = _take(tensors, mini)
                 tokens, seqs = self._global_counts(mini_tensors["response_mask"])
-                for metrics in self._accumulate(mini_tensors, loss_cfg, temperature, entropy_coef, need_entropy, tokens, seqs):
+                for metrics in self._accumulate(
+                    mini_tensors, loss_cfg, temperature, entropy_coef, need_entropy, tokens, seqs
+                ):
                     for key, value in metrics.items():
                         sums[key] = sums.get(key, 0.0) + value
                 sums["grad_norm"] = sums.get("grad_norm", 0.0) + self._optimizer_step()
                 steps += 1
         return self._reduce_metrics(sums, steps)
 
-    def _accumulate(self, mini, loss_cfg, temperature, entropy_coef, need_entropy, tokens, seqs) -> Iterator[dict]:
+    def _accumulate(
+        self, mini, loss_cfg, temperature, entropy_coef, need_entropy, tokens, seqs
+    ) -> Iterator[dict]:
         """Forward / backward every micro-batch of one mini-batch; yields token-weighted metric sums."""
         slices = self._micro_slices(mini["input_ids"].shape[0])
         for i, rows in enumerate(slices):
             micro = _take(mini, rows)
-            self.model.set_requires_gradient_sync(i == len(slices) - 1)  # reduce gradients once per mini-batch
+            self.model.set_requires_gradient_sync(
+                i == len(slices) - 1
+            )  # reduce gradients once per mini-batch
             log_probs, entropy = self._forward(micro, temperature, need_entropy)
             loss, metrics = policy_loss(
-                log_probs, micro["old_log_probs"], micro["advantages"], micro["response_mask"], loss_cfg,
-                entropy=entropy, entropy_coef=entropy_coef, ref_log_probs=micro.get("ref_log_probs"),
-                num_tokens=tokens / self.world_size, num_seqs=seqs / self.world_size,  # FSDP averages over ranks
+                log_probs,
+                micro["old_log_probs"],
+                micro["advantages"],
+                micro["response_mask"],
+                loss_cfg,
+                entropy=entropy,
+                entropy_coef=entropy_coef,
+                ref_log_probs=micro.get("ref_log_probs"),
+                num_tokens=tokens / self.world_size,
+                num_seqs=seqs / self.world_size,  # FSDP averages over ranks
             )
             weight = 1.0 if rows.stop > rows.start else 0.0  # a padding micro-batch must not move the weights
             (loss * weight).backward()
@@ -262,7 +285,9 @@ class FSDPTrainEngine:
             if self.generation_config is not None:
                 self.generation_config.save_pretrained(folder)
             if optim is not None:
-                torch.save({"optimizer": optim, "scheduler": self.scheduler.state_dict()}, folder / OPTIMIZER_FILE)
+                torch.save(
+                    {"optimizer": optim, "scheduler": self.scheduler.state_dict()}, folder / OPTIMIZER_FILE
+                )
 
     def load(self, folder: Path) -> None:
         """Load model weights (and optimizer state when saved) written by `save`; world-size independent."""

@@ -26,7 +26,9 @@ from or1.eval.converters import record_date, to_or1_row
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SHARED_BENCHMARKS = REPO_ROOT.parent / "shared" / "benchmarks"
 LCB_WINDOW = (date(2024, 8, 1), date(2025, 2, 1))
-_LCB_FILES = [f"hf://datasets/livecodebench/code_generation_lite/test{s}.jsonl" for s in ("", "2", "3", "4", "5", "6")]
+_LCB_FILES = [
+    f"hf://datasets/livecodebench/code_generation_lite/test{s}.jsonl" for s in ("", "2", "3", "4", "5", "6")
+]
 
 
 @dataclass(frozen=True)
@@ -37,7 +39,9 @@ class Benchmark:
     ability: str
     shared_file: str  # relative to ../shared/benchmarks
     hub_id: str  # what the summary names as the source
-    hub_loads: tuple[dict[str, Any], ...]  # datasets.load_dataset arguments; several are concatenated in order
+    hub_loads: tuple[
+        dict[str, Any], ...
+    ]  # datasets.load_dataset arguments; several are concatenated in order
     dated: bool = False  # whether a contest-date window applies
 
 
@@ -48,17 +52,45 @@ def _hub(path: str, split: str, name: str | None = None) -> dict[str, Any]:
 REGISTRY: dict[str, Benchmark] = {
     b.name: b
     for b in (
-        Benchmark("aime24", "math", "aime24/aime24.parquet", "HuggingFaceH4/aime_2024",
-                  (_hub("HuggingFaceH4/aime_2024", "train"),)),
-        Benchmark("aime25", "math", "aime25/aime25.parquet", "opencompass/AIME2025",  # part I (0-14), then II (15-29)
-                  (_hub("opencompass/AIME2025", "test", "AIME2025-I"), _hub("opencompass/AIME2025", "test", "AIME2025-II"))),
-        Benchmark("math500", "math", "math500/math500.jsonl", "HuggingFaceH4/MATH-500",
-                  (_hub("HuggingFaceH4/MATH-500", "test"),)),
-        Benchmark("amc", "math", "amc/amc_2022_2023.json", "AI-MO/aimo-validation-amc",
-                  (_hub("AI-MO/aimo-validation-amc", "train"),)),
         Benchmark(
-            "livecodebench", "code", "livecodebench/lcb_2408_2502_public.json", "livecodebench/code_generation_lite",
-            ({"path": "json", "data_files": _LCB_FILES, "split": "train"},),  # the raw jsonl: datasets 4+ runs no scripts
+            "aime24",
+            "math",
+            "aime24/aime24.parquet",
+            "HuggingFaceH4/aime_2024",
+            (_hub("HuggingFaceH4/aime_2024", "train"),),
+        ),
+        Benchmark(
+            "aime25",
+            "math",
+            "aime25/aime25.parquet",
+            "opencompass/AIME2025",  # part I (0-14), then II (15-29)
+            (
+                _hub("opencompass/AIME2025", "test", "AIME2025-I"),
+                _hub("opencompass/AIME2025", "test", "AIME2025-II"),
+            ),
+        ),
+        Benchmark(
+            "math500",
+            "math",
+            "math500/math500.jsonl",
+            "HuggingFaceH4/MATH-500",
+            (_hub("HuggingFaceH4/MATH-500", "test"),),
+        ),
+        Benchmark(
+            "amc",
+            "math",
+            "amc/amc_2022_2023.json",
+            "AI-MO/aimo-validation-amc",
+            (_hub("AI-MO/aimo-validation-amc", "train"),),
+        ),
+        Benchmark(
+            "livecodebench",
+            "code",
+            "livecodebench/lcb_2408_2502_public.json",
+            "livecodebench/code_generation_lite",
+            (
+                {"path": "json", "data_files": _LCB_FILES, "split": "train"},
+            ),  # the raw jsonl: datasets 4+ runs no scripts
             dated=True,
         ),
     )
@@ -90,7 +122,9 @@ def load_benchmark(
         path = Path(benchmark)
         if path.suffix in (".parquet", ".jsonl", ".json") and data is None:
             return _from_file(path.stem, _ability_of_file(path), path, None)
-        raise UserError(f"Unknown benchmark {benchmark!r}; choose one of {', '.join(REGISTRY)} or give an or1-row file.")
+        raise UserError(
+            f"Unknown benchmark {benchmark!r}; choose one of {', '.join(REGISTRY)} or give an or1-row file."
+        )
     if data is None and (shared_dir / spec.shared_file).is_file():
         data = shared_dir / spec.shared_file
     if data is not None:
@@ -109,7 +143,9 @@ def file_sha256(path: Path) -> str:
 def read_records(path: Path) -> list[dict[str, Any]]:
     """Records of a .parquet, .jsonl or .json (a list, or an object holding one list) file."""
     if not path.is_file():
-        raise UserError(f"Benchmark file {path} does not exist; fix --data or drop it to use the default source.")
+        raise UserError(
+            f"Benchmark file {path} does not exist; fix --data or drop it to use the default source."
+        )
     try:
         if path.suffix == ".parquet":
             return pq.read_table(path).to_pylist()
@@ -117,7 +153,11 @@ def read_records(path: Path) -> list[dict[str, Any]]:
             return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         if path.suffix == ".json":
             loaded = json.loads(path.read_text())
-            if isinstance(loaded, dict) and len(loaded) == 1 and isinstance(next(iter(loaded.values())), list):
+            if (
+                isinstance(loaded, dict)
+                and len(loaded) == 1
+                and isinstance(next(iter(loaded.values())), list)
+            ):
                 loaded = next(iter(loaded.values()))
             if isinstance(loaded, list):
                 return loaded
@@ -140,7 +180,9 @@ def _convert(name: str, ability: str, records: list[dict[str, Any]], where: str)
     return rows
 
 
-def _windowed(records: list[dict[str, Any]], window: tuple[date, date] | None) -> tuple[list[dict[str, Any]], str]:
+def _windowed(
+    records: list[dict[str, Any]], window: tuple[date, date] | None
+) -> tuple[list[dict[str, Any]], str]:
     if window is None:
         return records, "none"
     dates = [record_date(r) for r in records]
@@ -163,8 +205,12 @@ def _from_hub(spec: Benchmark, window: tuple[date, date] | None) -> BenchmarkDat
     for kwargs in spec.hub_loads:
         try:
             records += [dict(r) for r in datasets.load_dataset(**kwargs)]
-        except Exception as err:  # offline machines and missing ids both land here; the user picks --data instead
-            raise UserError(f"Cannot load {spec.hub_id} from the hub ({err.__class__.__name__}); pass --data PATH.") from None
+        except (
+            Exception
+        ) as err:  # offline machines and missing ids both land here; the user picks --data instead
+            raise UserError(
+                f"Cannot load {spec.hub_id} from the hub ({err.__class__.__name__}); pass --data PATH."
+            ) from None
     records, note = _windowed(records, window)
     rows = _convert(spec.name, spec.ability, records, spec.hub_id)
     return BenchmarkData(spec.name, spec.ability, rows, f"hub:{spec.hub_id}", None, note)
@@ -175,5 +221,7 @@ def _ability_of_file(path: Path) -> str:
     records = read_records(path)
     ability = records[0].get("ability") if records and isinstance(records[0], dict) else None
     if ability not in ("math", "code"):
-        raise UserError(f"{path} is not a file of or1 rows (no 'ability' field); give a registry benchmark name.")
+        raise UserError(
+            f"{path} is not a file of or1 rows (no 'ability' field); give a registry benchmark name."
+        )
     return ability

@@ -77,7 +77,9 @@ def code_truth(tests: list[dict[str, Any]], fn_name: str | None) -> dict[str, An
         raise UserError("a LiveCodeBench problem has no tests")
     kinds = {t.get("testtype") for t in tests}
     if not kinds <= {"stdin", "functional"} or len(kinds) != 1:
-        raise UserError(f"LiveCodeBench tests must all be 'stdin' or all 'functional', got {sorted(map(str, kinds))}")
+        raise UserError(
+            f"LiveCodeBench tests must all be 'stdin' or all 'functional', got {sorted(map(str, kinds))}"
+        )
     truth: dict[str, Any] = {"inputs": [t["input"] for t in tests], "outputs": [t["output"] for t in tests]}
     if kinds == {"functional"}:
         if not fn_name:
@@ -96,7 +98,9 @@ def lcb_row(record: dict[str, Any], *, data_source: str, index: int) -> dict[str
     """An or1 code row from a LiveCodeBench record: the shared public-test file or a hub row."""
     if "question_content" in record:  # hub schema
         problem, starter = record["question_content"], record.get("starter_code") or ""
-        tests = _json_tests(record.get("public_test_cases")) + decode_private_tests(record.get("private_test_cases"))
+        tests = _json_tests(record.get("public_test_cases")) + decode_private_tests(
+            record.get("private_test_cases")
+        )
         metadata = _json_object(record.get("metadata"))
         fn_name = metadata.get("func_name") or method_name(starter)
     else:

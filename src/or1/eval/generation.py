@@ -28,7 +28,10 @@ class Completion:
 
 
 Sampler = Callable[[list[Messages], int], list[Completion]]  # (prompts, seed) -> one completion per prompt
-DEFAULT_BATCH = {"hf": 32, "vllm": 1024}  # samples per generate call: small on CPU, large enough to fill a GPU
+DEFAULT_BATCH = {
+    "hf": 32,
+    "vllm": 1024,
+}  # samples per generate call: small on CPU, large enough to fill a GPU
 
 
 def chat_ids(tokenizer: Any, messages: Messages) -> list[int]:
@@ -43,7 +46,11 @@ def hf_sampler(engine: Any, tokenizer: Any, sampling: EvalSampling) -> Sampler:
 
     def sample(prompts: list[Messages], seed: int) -> list[Completion]:
         params = SamplingParams(
-            n=1, temperature=sampling.temperature, top_p=sampling.top_p, max_new_tokens=sampling.max_tokens, seed=seed
+            n=1,
+            temperature=sampling.temperature,
+            top_p=sampling.top_p,
+            max_new_tokens=sampling.max_tokens,
+            seed=seed,
         )
         out = engine.generate_ids([chat_ids(tokenizer, m) for m in prompts], params)
         return [
@@ -64,7 +71,9 @@ def engine_generate_fn(
     from or1.engines.hf_rollout import SamplingParams
 
     def generate(prompts: list[Messages], n: int) -> list[list[Completion]]:
-        params = SamplingParams(n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_tokens, seed=seed)
+        params = SamplingParams(
+            n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_tokens, seed=seed
+        )
         out = engine.generate_ids([chat_ids(tokenizer, m) for m in prompts], params)
         flat = [
             Completion(tokenizer.decode(ids, skip_special_tokens=True), len(ids), cut)
@@ -95,7 +104,9 @@ def load_vllm_sampler(model: Path | str, sampling: EvalSampling) -> Sampler:
     try:
         import vllm
     except ImportError:
-        raise UserError("--engine vllm needs vLLM: install the vllm extra (pip install 'or1[vllm]'), or use --engine hf.") from None
+        raise UserError(
+            "--engine vllm needs vLLM: install the vllm extra (pip install 'or1[vllm]'), or use --engine hf."
+        ) from None
     from or1.models.loading import load_tokenizer
 
     tokenizer = load_tokenizer(model)
@@ -104,7 +115,11 @@ def load_vllm_sampler(model: Path | str, sampling: EvalSampling) -> Sampler:
     def sample(prompts: list[Messages], seed: int) -> list[Completion]:
         params = [
             vllm.SamplingParams(
-                n=1, temperature=sampling.temperature, top_p=sampling.top_p, max_tokens=sampling.max_tokens, seed=seed + i
+                n=1,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_tokens=sampling.max_tokens,
+                seed=seed + i,
             )
             for i in range(len(prompts))
         ]

@@ -32,9 +32,15 @@ class Protocol:
 PROTOCOLS: dict[str, Protocol] = {
     p.name: p
     for p in (
-        Protocol("skywork", 1.0, 1.0, MAX_RESPONSE_TOKENS, 32, 4, "Skywork-OR1 technical report (arXiv 2505.22312)"),
-        Protocol("skywork-7b-script", 0.6, 1.0, MAX_RESPONSE_TOKENS, 32, 4, "SkyworkAI/Skywork-OR1 eval_7b script"),
-        Protocol("deepseek-r1", 0.6, 0.95, MAX_RESPONSE_TOKENS, 64, 64, "DeepSeek-R1 report evaluation setup"),
+        Protocol(
+            "skywork", 1.0, 1.0, MAX_RESPONSE_TOKENS, 32, 4, "Skywork-OR1 technical report (arXiv 2505.22312)"
+        ),
+        Protocol(
+            "skywork-7b-script", 0.6, 1.0, MAX_RESPONSE_TOKENS, 32, 4, "SkyworkAI/Skywork-OR1 eval_7b script"
+        ),
+        Protocol(
+            "deepseek-r1", 0.6, 0.95, MAX_RESPONSE_TOKENS, 64, 64, "DeepSeek-R1 report evaluation setup"
+        ),
     )
 }
 
@@ -87,4 +93,6 @@ def _check(s: EvalSampling) -> None:
     if s.n < 1 or s.max_tokens < 1:
         raise UserError(f"--n and --max-tokens must be at least 1, got n={s.n}, max_tokens={s.max_tokens}.")
     if s.temperature < 0 or not 0 < s.top_p <= 1:
-        raise UserError(f"--temperature must be >= 0 and --top-p in (0, 1], got {s.temperature} and {s.top_p}.")
+        raise UserError(
+            f"--temperature must be >= 0 and --top-p in (0, 1], got {s.temperature} and {s.top_p}."
+        )

@@ -41,7 +41,11 @@ def model_fingerprint(model: Path | str) -> dict[str, Any]:
         with file.open("rb") as handle:
             for block in iter(lambda: handle.read(1 << 22), b""):
                 digest.update(block)
-    return {"path": str(path.resolve()), "sha256": digest.hexdigest(), "files": [str(f.relative_to(path)) for f in files]}
+    return {
+        "path": str(path.resolve()),
+        "sha256": digest.hexdigest(),
+        "files": [str(f.relative_to(path)) for f in files],
+    }
 
 
 def environment() -> dict[str, str | None]:
@@ -100,4 +104,3 @@ def render_markdown(summary: dict[str, Any], metrics: Metrics) -> str:
             f"{100 * row.truncation_rate:.0f}% |"
         )
     return "\n".join(lines) + "\n"
-

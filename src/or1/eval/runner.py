@@ -104,13 +104,20 @@ def run_eval(
     }
     cache = SampleCache(out / SAMPLES_FILE, fingerprint, fresh=fresh)
     ids = [problem_id(i, row) for i, row in enumerate(rows)]
-    todo = [(row, pid, k) for k in range(sampling.n) for pid, row in zip(ids, rows, strict=True) if not cache.has(pid, k)]
+    todo = [
+        (row, pid, k)
+        for k in range(sampling.n)
+        for pid, row in zip(ids, rows, strict=True)
+        if not cache.has(pid, k)
+    ]
     reused = len(rows) * sampling.n - len(todo)
     if todo:
         sampler = load_sampler(engine, model, sampling)
         _generate(todo, sampler, cache, sampling, batch_size or DEFAULT_BATCH[engine], workers, show_progress)
     records = [cache.records[(pid, k)] for pid in ids for k in range(sampling.n)]
-    metrics = compute_metrics(group_problems(ids, records, sampling.n), seed=seed, with_majority=bench.ability == "math")
+    metrics = compute_metrics(
+        group_problems(ids, records, sampling.n), seed=seed, with_majority=bench.ability == "math"
+    )
     summary = {
         "benchmark": bench.name,
         "engine": engine,
@@ -138,11 +145,23 @@ def run_eval(
 
 
 def _generate(
-    todo: list[Unit], sampler: Sampler, cache: SampleCache, sampling: EvalSampling, batch: int, workers: int, show: bool
+    todo: list[Unit],
+    sampler: Sampler,
+    cache: SampleCache,
+    sampling: EvalSampling,
+    batch: int,
+    workers: int,
+    show: bool,
 ) -> None:
     """Sample, score and append `todo` in batches, with a progress bar and ETA."""
-    columns = (TextColumn("sampling"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), TextColumn("eta"),
-               TimeRemainingColumn())
+    columns = (
+        TextColumn("sampling"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        TextColumn("eta"),
+        TimeRemainingColumn(),
+    )
     with Progress(*columns, disable=not show, transient=False) as progress:
         task = progress.add_task("sampling", total=len(todo))
         for start in range(0, len(todo), batch):
@@ -156,9 +175,29 @@ def _command(
     benchmark: str, model: Path, s: EvalSampling, data: Path | None, engine: str, out: Path, limit: int | None
 ) -> str:
     """The `or1 eval` command line that reproduces this run (every sampling setting spelled out)."""
-    args = ["or1", "eval", benchmark, "--model", str(model), "--protocol", s.protocol, "--n", str(s.n),
-            "--temperature", str(s.temperature), "--top-p", str(s.top_p), "--max-tokens", str(s.max_tokens),
-            "--seed", str(s.seed), "--engine", engine, "--out", str(out)]
+    args = [
+        "or1",
+        "eval",
+        benchmark,
+        "--model",
+        str(model),
+        "--protocol",
+        s.protocol,
+        "--n",
+        str(s.n),
+        "--temperature",
+        str(s.temperature),
+        "--top-p",
+        str(s.top_p),
+        "--max-tokens",
+        str(s.max_tokens),
+        "--seed",
+        str(s.seed),
+        "--engine",
+        engine,
+        "--out",
+        str(out),
+    ]
     if data is not None:
         args += ["--data", str(data)]
     if limit is not None:
@@ -201,4 +240,6 @@ def evaluate_rows(
     completions = [c if isinstance(c, Completion) else Completion(c, 0, False) for o in outputs for c in o]
     records = score_completions(units, completions, workers=workers, timeout=timeout)
     math_only = all(row["ability"] == "math" for row in rows)
-    return EvalResult(compute_metrics(group_problems(ids, records, n), seed=seed, with_majority=math_only), records)
+    return EvalResult(
+        compute_metrics(group_problems(ids, records, n), seed=seed, with_majority=math_only), records
+    )

@@ -58,7 +58,9 @@ class SampleCache:
             raise UserError(f"{self.path} is empty; delete it or pass fresh=True (--fresh) to start over.")
         header = json.loads(lines[0]).get("header")
         if header != fingerprint:
-            changed = sorted(k for k in set(header or {}) | set(fingerprint) if (header or {}).get(k) != fingerprint.get(k))
+            changed = sorted(
+                k for k in set(header or {}) | set(fingerprint) if (header or {}).get(k) != fingerprint.get(k)
+            )
             raise UserError(
                 f"{self.path} was generated with different settings ({', '.join(changed)}); "
                 "use another --out or pass --fresh to discard those samples."

@@ -58,11 +58,16 @@ def score_completions(
 def outcome(record: SampleRecord) -> SampleOutcome:
     """What the metrics need of one record. Correct means the verifier said so (code: all tests passed)."""
     return SampleOutcome(
-        correct=record.reason == CORRECT, answer=record.answer, num_tokens=record.num_tokens, truncated=record.truncated
+        correct=record.reason == CORRECT,
+        answer=record.answer,
+        num_tokens=record.num_tokens,
+        truncated=record.truncated,
     )
 
 
-def group_problems(problem_ids: Sequence[str], records: Sequence[SampleRecord], n: int) -> list[ProblemSamples]:
+def group_problems(
+    problem_ids: Sequence[str], records: Sequence[SampleRecord], n: int
+) -> list[ProblemSamples]:
     """The first n samples of each problem, in problem order; every problem must have all n."""
     by_key = {(r.problem_id, r.sample_index): r for r in records}
     problems = []

@@ -54,8 +54,15 @@ def _request(case: Case, program: str, timeout: float, limits: Limits) -> TestRe
         return TestRequest("stdin", program, timeout, limits, stdin=case.stdin)
     if isinstance(case, CallCase):
         return TestRequest("call", program, timeout, limits, fn_name=case.fn_name, args=case.args)
-    return TestRequest("assert", program, timeout, limits, prefix=case.prefix, test_code=case.test_code,
-                       entry_point=case.entry_point)
+    return TestRequest(
+        "assert",
+        program,
+        timeout,
+        limits,
+        prefix=case.prefix,
+        test_code=case.test_code,
+        entry_point=case.entry_point,
+    )
 
 
 def judge(case: Case, reply: TestReply) -> tuple[str, str]:
@@ -80,8 +87,15 @@ def judge(case: Case, reply: TestReply) -> tuple[str, str]:
     return (CORRECT, "") if reply.result == "PASS" else (WRONG_OUTPUT, "check() did not return")
 
 
-def score_program(program: str, cases: list[Case], sandbox: Sandbox, *, timeout: float = DEFAULT_TIMEOUT,
-                  fraction: bool = False, limits: Limits | None = None) -> Result:
+def score_program(
+    program: str,
+    cases: list[Case],
+    sandbox: Sandbox,
+    *,
+    timeout: float = DEFAULT_TIMEOUT,
+    fraction: bool = False,
+    limits: Limits | None = None,
+) -> Result:
     """Run `cases` against `program` on one sandbox slot (sequentially) and score them."""
     limits = limits or Limits()
     budget_end = time.monotonic() + max(PROBLEM_BUDGET, timeout)
@@ -108,7 +122,9 @@ def prepare_problem(response: object, ground_truth: object) -> tuple[str, list[C
     """(program, cases), or the Result that ends the problem before any test runs."""
     try:
         if not isinstance(ground_truth, str | bytes | Mapping):
-            raise ValueError(f"ground truth must be a JSON string or a dict, got {type(ground_truth).__name__}")
+            raise ValueError(
+                f"ground truth must be a JSON string or a dict, got {type(ground_truth).__name__}"
+            )
         cases = parse_ground_truth(ground_truth)
     except ValueError as exc:
         return Result(0.0, BAD_INPUT, None, str(exc))
@@ -124,8 +140,15 @@ def prepare_problem(response: object, ground_truth: object) -> tuple[str, list[C
     return program, cases
 
 
-def score_code_batch(responses: list[str], ground_truths: list, *, slots: int = 2, timeout: float | None = None,
-                     backend: str = "local", fraction: bool = False) -> list[Result]:
+def score_code_batch(
+    responses: list[str],
+    ground_truths: list,
+    *,
+    slots: int = 2,
+    timeout: float | None = None,
+    backend: str = "local",
+    fraction: bool = False,
+) -> list[Result]:
     """Score each response against its code ground truth; one Result per response, in order.
 
     `ground_truths` are JSON strings or dicts in the three forms of DATA.md; an invalid one scores 0 (bad_input).
@@ -145,7 +168,9 @@ def score_code_batch(responses: list[str], ground_truths: list, *, slots: int = 
         pool = get_pool(backend, slots)
 
         def job(item: tuple[str, list[Case]]):
-            return lambda sandbox: score_program(item[0], item[1], sandbox, timeout=per_test, fraction=fraction)
+            return lambda sandbox: score_program(
+                item[0], item[1], sandbox, timeout=per_test, fraction=fraction
+            )
 
         for (index, _), result in zip(todo, pool.map([job(p) for _, p in todo]), strict=True):
             results[index] = result

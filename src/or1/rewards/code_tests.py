@@ -72,7 +72,11 @@ def parse_ground_truth(ground_truth: str | Mapping) -> list[Case]:
 
 def _assert_case(gt: dict) -> AssertCase:
     fields = {k: gt.get(k, "") for k in ("import_prefix", "test_code", "entry_point")}
-    if not all(isinstance(v, str) for v in fields.values()) or not fields["test_code"] or not fields["entry_point"]:
+    if (
+        not all(isinstance(v, str) for v in fields.values())
+        or not fields["test_code"]
+        or not fields["entry_point"]
+    ):
         raise ValueError("assert-based ground truth needs strings test_code and entry_point")
     return AssertCase(fields["import_prefix"], fields["test_code"], fields["entry_point"])
 
@@ -85,7 +89,9 @@ def _call_case(fn_name: str, given: Any, expected: Any) -> CallCase:
         except ValueError as exc:
             raise ValueError(f"call-based test is not JSON per line: {exc}") from None
         return CallCase(fn_name, args, value)
-    if isinstance(given, list):  # TACO: a list of arguments, output a one-element list holding the return value
+    if isinstance(
+        given, list
+    ):  # TACO: a list of arguments, output a one-element list holding the return value
         value = expected[0] if isinstance(expected, list) and len(expected) == 1 else expected
         return CallCase(fn_name, given, value)
     raise ValueError(f"call-based input must be a string or a list, got {type(given).__name__}")

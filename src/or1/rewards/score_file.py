@@ -66,7 +66,9 @@ def _column(pa: Any, values: list[Any]) -> Any:
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
-        return pa.array([v if v is None or isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values])
+        return pa.array(
+            [v if v is None or isinstance(v, str) else json.dumps(v, ensure_ascii=False) for v in values]
+        )
 
 
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:

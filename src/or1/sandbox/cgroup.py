@@ -72,7 +72,9 @@ class SlotCgroup:
             pids = str(2 * limits.processes + 16)  # candidate + checker + runner and bwrap
             if group.v2:
                 (dirs["memory"] / "memory.max").write_text(memory)
-                (dirs["memory"] / "memory.swap.max").exists() and (dirs["memory"] / "memory.swap.max").write_text("0")
+                (dirs["memory"] / "memory.swap.max").exists() and (
+                    dirs["memory"] / "memory.swap.max"
+                ).write_text("0")
                 (dirs["pids"] / "pids.max").write_text(pids)
             else:
                 (dirs["memory"] / "memory.limit_in_bytes").write_text(memory)

@@ -36,7 +36,9 @@ def leftover_test_processes() -> list[str]:
         if not name.isdigit():
             continue
         try:
-            fields = dict(line.split(":", 1) for line in Path(f"/proc/{name}/status").read_text().splitlines())
+            fields = dict(
+                line.split(":", 1) for line in Path(f"/proc/{name}/status").read_text().splitlines()
+            )
         except (OSError, ValueError):
             continue
         state = fields.get("State", "").split()[:1]
@@ -97,26 +99,42 @@ def run_self_test(backend: str = "local", slots: int = 2) -> list[CheckResult]:
         try:
             pool = SandboxPool(backend, slots)
         finally:
-            os.environ.pop("OR1_CHECK_SECRET") if old_env is None else os.environ.update(OR1_CHECK_SECRET=old_env)
+            os.environ.pop("OR1_CHECK_SECRET") if old_env is None else os.environ.update(
+                OR1_CHECK_SECRET=old_env
+            )
         try:
             probes = controls() + hostile(listener.port, secret, marker)
             for probe, result in zip(probes, _score(pool, probes), strict=True):
                 ok = result.score == probe.want
-                checks.append(CheckResult(probe.name, ok, f"score {result.score:g} ({result.reason}: {result.detail})"))
+                checks.append(
+                    CheckResult(probe.name, ok, f"score {result.score:g} ({result.reason}: {result.detail})")
+                )
             again = _score(pool, controls()[:1])[0]
-            checks.append(CheckResult("still_judges", again.score == 1.0, f"a control afterwards: {again.reason}"))
+            checks.append(
+                CheckResult("still_judges", again.score == 1.0, f"a control afterwards: {again.reason}")
+            )
             left = leftover_test_processes()
-            checks.append(CheckResult("no_test_processes", not left, f"left: {left}" if left else "none left"))
+            checks.append(
+                CheckResult("no_test_processes", not left, f"left: {left}" if left else "none left")
+            )
             written = [p for probe in probes for p in probe.leaves if os.path.exists(p)]
-            checks.append(CheckResult("no_files_outside", not written, f"written: {written}" if written else "none"))
-            checks.append(CheckResult("no_connections", listener.accepted == 0, f"{listener.accepted} accepted"))
+            checks.append(
+                CheckResult("no_files_outside", not written, f"written: {written}" if written else "none")
+            )
+            checks.append(
+                CheckResult("no_connections", listener.accepted == 0, f"{listener.accepted} accepted")
+            )
             alive = canary.poll() is None
-            checks.append(CheckResult("host_processes_alive", alive, "canary alive" if alive else "canary killed"))
+            checks.append(
+                CheckResult("host_processes_alive", alive, "canary alive" if alive else "canary killed")
+            )
         finally:
             pool.close()
             listener.close()
             canary.kill()
             canary.wait()
         left = leftover_test_processes()
-        checks.append(CheckResult("clean_close", not left, f"left: {left}" if left else "nothing left after close"))
+        checks.append(
+            CheckResult("clean_close", not left, f"left: {left}" if left else "nothing left after close")
+        )
     return checks

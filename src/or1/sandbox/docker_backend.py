@@ -42,7 +42,9 @@ def docker_client():
         client = docker.from_env(timeout=60)
         client.ping()
     except Exception as exc:  # the SDK raises several unrelated types for "no engine"
-        raise UserError(f"no Docker-API engine reachable (set DOCKER_HOST; see sandbox/ci-engine.sh): {exc}") from None
+        raise UserError(
+            f"no Docker-API engine reachable (set DOCKER_HOST; see sandbox/ci-engine.sh): {exc}"
+        ) from None
     return client
 
 
@@ -142,7 +144,9 @@ class DockerSandbox:
 
     def _start_runner(self) -> None:
         cmd = ["/usr/bin/python3", "-I", "-S", "-c", runner_source(), "--serve", *map(str, self.uids)]
-        exec_id = self.client.api.exec_create(self.container.id, cmd, stdin=True, stdout=True, stderr=True)["Id"]
+        exec_id = self.client.api.exec_create(self.container.id, cmd, stdin=True, stdout=True, stderr=True)[
+            "Id"
+        ]
         self._hijacked = self.client.api.exec_start(exec_id, socket=True)
         self._sock = getattr(self._hijacked, "_sock", self._hijacked)
         self._sock.setblocking(True)
@@ -180,7 +184,10 @@ class DockerSandbox:
 
     def _close_socket(self) -> None:
         if self._sock is not None:
-            for stream in (self._hijacked, self._sock):  # the SDK's wrapper holds the fd open until it closes too
+            for stream in (
+                self._hijacked,
+                self._sock,
+            ):  # the SDK's wrapper holds the fd open until it closes too
                 try:
                     stream.close()
                 except OSError:

@@ -36,7 +36,9 @@ def bwrap_path() -> str:
     if path is None:
         raise UserError("the local sandbox needs bubblewrap: install it with `apt-get install bubblewrap`")
     if os.geteuid() != 0:
-        raise UserError("the local sandbox runs tests under their own uids and needs root; use --backend docker")
+        raise UserError(
+            "the local sandbox runs tests under their own uids and needs root; use --backend docker"
+        )
     return path
 
 
@@ -48,7 +50,14 @@ def _hidden_modules() -> list[str]:
 
 def bwrap_command(limits: Limits, uids: tuple[int, int]) -> list[str]:
     """The bubblewrap command line that starts one runner."""
-    cmd = [bwrap_path(), "--unshare-net", "--unshare-pid", "--unshare-ipc", "--unshare-uts", "--unshare-cgroup-try"]
+    cmd = [
+        bwrap_path(),
+        "--unshare-net",
+        "--unshare-pid",
+        "--unshare-ipc",
+        "--unshare-uts",
+        "--unshare-cgroup-try",
+    ]
     cmd += ["--cap-drop", "ALL"] + [a for cap in RUNNER_CAPS for a in ("--cap-add", cap)]
     cmd += ["--die-with-parent", "--new-session", "--ro-bind", "/usr", "/usr", "--tmpfs", "/usr/local"]
     for link in ("bin", "sbin", "lib", "lib64"):
@@ -59,7 +68,17 @@ def bwrap_command(limits: Limits, uids: tuple[int, int]) -> list[str]:
     for module in _hidden_modules():
         cmd += ["--ro-bind", "/dev/null", module]
     cmd += ["--proc", "/proc", "--dev", "/dev", "--size", str(limits.tmpfs_mb << 20), "--tmpfs", "/tmp"]
-    cmd += ["--clearenv", "--setenv", "PATH", "/usr/bin:/bin", "--setenv", "LANG", "C.UTF-8", "--chdir", "/tmp"]
+    cmd += [
+        "--clearenv",
+        "--setenv",
+        "PATH",
+        "/usr/bin:/bin",
+        "--setenv",
+        "LANG",
+        "C.UTF-8",
+        "--chdir",
+        "/tmp",
+    ]
     cmd += [PYTHON, "-I", "-S", "-c", runner_source(), "--serve", str(uids[0]), str(uids[1])]
     return cmd
 
@@ -79,15 +98,25 @@ class LocalSandbox:
         cmd = bwrap_command(self.limits, self.uids)
         if self.cgroup is not None:
             cmd = self.cgroup.wrap(cmd)
-        self.proc = subprocess.Popen(cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                     env={"PATH": "/usr/bin:/bin"}, start_new_session=True)
+        self.proc = subprocess.Popen(
+            cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            env={"PATH": "/usr/bin:/bin"},
+            start_new_session=True,
+        )
         self.channel = FrameChannel(self.proc.stdin.fileno(), self.proc.stdout.fileno())
         try:
             self.info = self.channel.recv(time.monotonic() + 30)
             if not self.info.get("ready"):
                 raise SandboxError(str(self.info.get("error")))
         except SandboxError as exc:
-            err = self.proc.stderr.read().decode(errors="replace").strip() if self.proc.poll() is not None else ""
+            err = (
+                self.proc.stderr.read().decode(errors="replace").strip()
+                if self.proc.poll() is not None
+                else ""
+            )
             self.close()
             raise SandboxError(f"the local sandbox did not start: {err or exc}") from exc
 

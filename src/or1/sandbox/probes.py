@@ -101,65 +101,160 @@ def hostile(port: int, secret: str, marker: str) -> list[Probe]:
     escape_paths = (f"{marker}.escape", f"/root/{marker.rsplit('/', 1)[-1]}.escape")
     reverse_bad = REVERSE_OK.replace("return prev", "return head")
     return [
-        Probe("network", f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
-              "print(s.recv(100).decode())", _stdin(["\n"], ["hello from the host\n"]), 0.0),
-        Probe("network_external", "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=1)\nprint('out')",
-              _stdin(["\n"], ["out\n"]), 0.0),
+        Probe(
+            "network",
+            f"import socket\ns = socket.create_connection(('127.0.0.1', {port}), timeout=1)\n"
+            "print(s.recv(100).decode())",
+            _stdin(["\n"], ["hello from the host\n"]),
+            0.0,
+        ),
+        Probe(
+            "network_external",
+            "import socket\nsocket.create_connection(('1.1.1.1', 53), timeout=1)\nprint('out')",
+            _stdin(["\n"], ["out\n"]),
+            0.0,
+        ),
         Probe("host_file", f"print(open({marker!r}).read().strip())", want_secret, 0.0),
-        Probe("env_secret", "import os, glob\nfound = os.environ.get('OR1_CHECK_SECRET')\n"
-              "for p in glob.glob('/proc/*/environ'):\n"
-              "    try:\n        data = open(p, 'rb').read().decode(errors='replace')\n"
-              "    except OSError:\n        continue\n"
-              "    for kv in data.split('\\0'):\n"
-              "        if kv.startswith('OR1_CHECK_SECRET='):\n            found = kv.split('=', 1)[1]\n"
-              "print(found)", want_secret, 0.0),
-        Probe("write_outside", "import os\nok = 0\n"
-              f"for p in {list(escape_paths)!r}:\n"
-              "    try:\n        open(p, 'w').write('x'); ok += 1\n    except OSError:\n        pass\n"
-              "print(ok)", _stdin(["\n"], ["2\n"]), 0.0, leaves=escape_paths),
-        Probe("fork_bomb", "import os, time\nn = 0\nfor _ in range(2000):\n"
-              "    try:\n        pid = os.fork()\n    except OSError:\n        continue\n"
-              "    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    n += 1\nprint(n)",
-              _stdin(["\n"], ["2000\n"]), 0.0, timeout=4.0),
+        Probe(
+            "env_secret",
+            "import os, glob\nfound = os.environ.get('OR1_CHECK_SECRET')\n"
+            "for p in glob.glob('/proc/*/environ'):\n"
+            "    try:\n        data = open(p, 'rb').read().decode(errors='replace')\n"
+            "    except OSError:\n        continue\n"
+            "    for kv in data.split('\\0'):\n"
+            "        if kv.startswith('OR1_CHECK_SECRET='):\n            found = kv.split('=', 1)[1]\n"
+            "print(found)",
+            want_secret,
+            0.0,
+        ),
+        Probe(
+            "write_outside",
+            "import os\nok = 0\n"
+            f"for p in {list(escape_paths)!r}:\n"
+            "    try:\n        open(p, 'w').write('x'); ok += 1\n    except OSError:\n        pass\n"
+            "print(ok)",
+            _stdin(["\n"], ["2\n"]),
+            0.0,
+            leaves=escape_paths,
+        ),
+        Probe(
+            "fork_bomb",
+            "import os, time\nn = 0\nfor _ in range(2000):\n"
+            "    try:\n        pid = os.fork()\n    except OSError:\n        continue\n"
+            "    if pid == 0:\n        time.sleep(30)\n        os._exit(0)\n    n += 1\nprint(n)",
+            _stdin(["\n"], ["2000\n"]),
+            0.0,
+            timeout=4.0,
+        ),
         Probe("memory_bomb", "x = bytearray(6 << 30)\nprint(len(x))", _stdin(["\n"], [f"{6 << 30}\n"]), 0.0),
-        Probe("memory_creep", "xs = []\nfor _ in range(200):\n    xs.append(bytearray(32 << 20))\nprint(len(xs))",
-              _stdin(["\n"], ["200\n"]), 0.0),
+        Probe(
+            "memory_creep",
+            "xs = []\nfor _ in range(200):\n    xs.append(bytearray(32 << 20))\nprint(len(xs))",
+            _stdin(["\n"], ["200\n"]),
+            0.0,
+        ),
         Probe("infinite_loop", "while True:\n    pass", _stdin(["\n"], ["1\n"]), 0.0, timeout=1.0),
-        Probe("ignore_sigterm", "import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
-              "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass", _stdin(["\n"], ["1\n"]), 0.0, timeout=1.0),
-        Probe("output_flood", "import os\nblock = b'x' * (1 << 20)\nfor _ in range(2048):\n    os.write(1, block)\n"
-              "print('done')", _stdin(["\n"], ["done\n"]), 0.0, timeout=6.0),
-        Probe("stderr_flood", "import os\nblock = b'x' * (1 << 20)\nfor _ in range(2048):\n    os.write(2, block)\n"
-              "print('done')", _stdin(["\n"], ["done\n"]), 0.0, timeout=6.0),
-        Probe("kill_parent", "import os, signal\nfor pid in (os.getppid(), 1, -1):\n"
-              "    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\nos._exit(0)",
-              _stdin(["2 3\n"], ["5\n"]), 0.0),
-        Probe("daemon", "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
-              "        import signal\n        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n        time.sleep(60)\n"
-              "    os._exit(0)\nprint('x')", _stdin(["\n"], ["daemon\n"]), 0.0),
-        Probe("ctypes", "import ctypes\nctypes.memset(id(1) + 24, 0, 8)\nprint(1 + 1)", _stdin(["\n"], ["2\n"]), 0.0),
-        Probe("exec_builtins", "import builtins, sys\n"
-              "exec('builtins.AssertionError = type(\"Nope\", (BaseException,), {})')\n"
-              "sys.settrace(lambda *a: None)\nsys.exit = lambda *a: None\n" + reverse_bad, ASSERT_GT, 0.0),
-        Probe("exec_shell", f"import os\nos.execv('/bin/sh', ['sh', '-c', 'cat {marker} || echo no'])", want_secret, 0.0),
-        Probe("eq_override_call", ALWAYS_EQUAL + "class Solution:\n    def countSubarrays(self, nums):\n"
-              "        return Anything()\n", CALL_GT, 0.0),
-        Probe("eq_override_int", ALWAYS_EQUAL + "class Solution:\n    def countSubarrays(self, nums):\n"
-              "        return Liar(99)\n", CALL_GT, 0.0),
-        Probe("eq_override_assert", ALWAYS_EQUAL + "class Solution:\n    def reverseList(self, head):\n"
-              "        return Anything()\n", ASSERT_GT, 0.0),
+        Probe(
+            "ignore_sigterm",
+            "import signal\nfor s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):\n"
+            "    signal.signal(s, signal.SIG_IGN)\nwhile True:\n    pass",
+            _stdin(["\n"], ["1\n"]),
+            0.0,
+            timeout=1.0,
+        ),
+        Probe(
+            "output_flood",
+            "import os\nblock = b'x' * (1 << 20)\nfor _ in range(2048):\n    os.write(1, block)\n"
+            "print('done')",
+            _stdin(["\n"], ["done\n"]),
+            0.0,
+            timeout=6.0,
+        ),
+        Probe(
+            "stderr_flood",
+            "import os\nblock = b'x' * (1 << 20)\nfor _ in range(2048):\n    os.write(2, block)\n"
+            "print('done')",
+            _stdin(["\n"], ["done\n"]),
+            0.0,
+            timeout=6.0,
+        ),
+        Probe(
+            "kill_parent",
+            "import os, signal\nfor pid in (os.getppid(), 1, -1):\n"
+            "    try:\n        os.kill(pid, signal.SIGKILL)\n    except OSError:\n        pass\nos._exit(0)",
+            _stdin(["2 3\n"], ["5\n"]),
+            0.0,
+        ),
+        Probe(
+            "daemon",
+            "import os, time\nif os.fork() == 0:\n    os.setsid()\n    if os.fork() == 0:\n"
+            "        import signal\n        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n        time.sleep(60)\n"
+            "    os._exit(0)\nprint('x')",
+            _stdin(["\n"], ["daemon\n"]),
+            0.0,
+        ),
+        Probe(
+            "ctypes",
+            "import ctypes\nctypes.memset(id(1) + 24, 0, 8)\nprint(1 + 1)",
+            _stdin(["\n"], ["2\n"]),
+            0.0,
+        ),
+        Probe(
+            "exec_builtins",
+            "import builtins, sys\n"
+            "exec('builtins.AssertionError = type(\"Nope\", (BaseException,), {})')\n"
+            "sys.settrace(lambda *a: None)\nsys.exit = lambda *a: None\n" + reverse_bad,
+            ASSERT_GT,
+            0.0,
+        ),
+        Probe(
+            "exec_shell",
+            f"import os\nos.execv('/bin/sh', ['sh', '-c', 'cat {marker} || echo no'])",
+            want_secret,
+            0.0,
+        ),
+        Probe(
+            "eq_override_call",
+            ALWAYS_EQUAL + "class Solution:\n    def countSubarrays(self, nums):\n"
+            "        return Anything()\n",
+            CALL_GT,
+            0.0,
+        ),
+        Probe(
+            "eq_override_int",
+            ALWAYS_EQUAL + "class Solution:\n    def countSubarrays(self, nums):\n        return Liar(99)\n",
+            CALL_GT,
+            0.0,
+        ),
+        Probe(
+            "eq_override_assert",
+            ALWAYS_EQUAL + "class Solution:\n    def reverseList(self, head):\n        return Anything()\n",
+            ASSERT_GT,
+            0.0,
+        ),
         Probe("early_exit_assert", "import os\nos._exit(0)\n" + reverse_bad, ASSERT_GT, 0.0),
         Probe("sys_exit_assert", "import sys\nsys.exit(0)\n" + reverse_bad, ASSERT_GT, 0.0),
         Probe("early_exit_stdin", "import os\nos._exit(0)", _stdin(["2 3\n"], ["5\n"]), 0.0),
-        Probe("frame_snooping", _SNOOP + REVERSE_OK.replace("reverseList", "honest") + "class Cheat:\n"
-              "    def reverseList(self, head):\n        return Solution().honest(head) if steal() else head\n"
-              "Solution = type('Solution', (Solution, Cheat), {})\n", ASSERT_GT, 0.0),
-        Probe("file_snooping", "import os\nfor root, dirs, files in os.walk('/'):\n"
-              "    dirs[:] = [d for d in dirs if root != '/' or d not in ('proc', 'sys', 'dev', 'usr')]\n    for f in files:\n"
-              "        try:\n            data = open(os.path.join(root, f), errors='replace').read(1 << 20)\n"
-              "        except OSError:\n            continue\n"
-              f"        if {secret!r} in data:\n            print({secret!r}); raise SystemExit\n"
-              "print('nothing')", want_secret, 0.0, timeout=6.0),
+        Probe(
+            "frame_snooping",
+            _SNOOP + REVERSE_OK.replace("reverseList", "honest") + "class Cheat:\n"
+            "    def reverseList(self, head):\n        return Solution().honest(head) if steal() else head\n"
+            "Solution = type('Solution', (Solution, Cheat), {})\n",
+            ASSERT_GT,
+            0.0,
+        ),
+        Probe(
+            "file_snooping",
+            "import os\nfor root, dirs, files in os.walk('/'):\n"
+            "    dirs[:] = [d for d in dirs if root != '/' or d not in ('proc', 'sys', 'dev', 'usr')]\n    for f in files:\n"
+            "        try:\n            data = open(os.path.join(root, f), errors='replace').read(1 << 20)\n"
+            "        except OSError:\n            continue\n"
+            f"        if {secret!r} in data:\n            print({secret!r}); raise SystemExit\n"
+            "print('nothing')",
+            want_secret,
+            0.0,
+            timeout=6.0,
+        ),
     ]
 
 

@@ -89,7 +89,9 @@ class TestReply:
 
     @classmethod
     def from_json(cls, data: dict) -> TestReply:
-        known = {k: data[k] for k in ("status", "stdout", "stderr", "result", "exit_code", "wall") if k in data}
+        known = {
+            k: data[k] for k in ("status", "stdout", "stderr", "result", "exit_code", "wall") if k in data
+        }
         return cls(**known)
 
 

@@ -86,7 +86,15 @@ def encode(value, classes: dict) -> object:
         if isinstance(v, float):
             return {"f": float.__repr__(v)}
         if isinstance(v, list | tuple | set | frozenset):
-            kind = "l" if isinstance(v, list) else "t" if isinstance(v, tuple) else "s" if isinstance(v, set) else "z"
+            kind = (
+                "l"
+                if isinstance(v, list)
+                else "t"
+                if isinstance(v, tuple)
+                else "s"
+                if isinstance(v, set)
+                else "z"
+            )
             return {kind: [enc(e) for e in v]}
         if isinstance(v, dict):
             return {"d": [[enc(k), enc(x)] for k, x in dict.items(v)]}
@@ -170,7 +178,9 @@ def _become(uid: int, workdir: str, fds: dict[int, int], limits: dict, timeout: 
             os.closerange(start, fd)
         start = fd + 1
     os.chdir(workdir)
-    with open("/proc/self/oom_score_adj", "w") as f:  # under memory pressure the kernel kills tests, not the runner
+    with open(
+        "/proc/self/oom_score_adj", "w"
+    ) as f:  # under memory pressure the kernel kills tests, not the runner
         f.write("1000")
     os.setgroups([])
     os.setresgid(uid, uid, uid)
@@ -202,7 +212,11 @@ def _candidate_call(req: dict) -> None:
     ns = _run_program(req["program"], "__or1_solution__", CALL_PRELUDE)
     fn_name = req["fn_name"]
     target = ns.get("Solution")
-    fn = getattr(target(), fn_name) if isinstance(target, type) and hasattr(target, fn_name) else ns.get(fn_name)
+    fn = (
+        getattr(target(), fn_name)
+        if isinstance(target, type) and hasattr(target, fn_name)
+        else ns.get(fn_name)
+    )
     if not callable(fn):
         raise NameError(f"no method Solution.{fn_name} and no function {fn_name}")
     result = fn(*req["args"])
@@ -298,7 +312,9 @@ def _fork(body, req: dict, uid: int, workdir: str, fds: dict[int, int], hide: tu
     pid = os.fork()
     if pid == 0:
         try:
-            for key in hide:  # the forked memory holds the whole request; drop the only reference to the secret
+            for (
+                key
+            ) in hide:  # the forked memory holds the whole request; drop the only reference to the secret
                 req[key] = ""
             try:
                 _become(uid, workdir, fds, req["limits"], req["timeout"])
@@ -475,8 +491,14 @@ def _reply(status: str, code: int | None, wall: float, out: _Capture, err: _Capt
     """status: ok | runtime_error | timeout | output_limit; result: call mode's JSON, or "PASS" in assert mode."""
     decode_ = lambda c: bytes(c.data).decode("utf-8", "replace")  # noqa: E731
     stdout = decode_(out) if status == "ok" else ""  # only a clean run's output is ever compared
-    return {"status": status, "exit_code": code, "wall": round(wall, 4), "stdout": stdout,
-            "stderr": decode_(err)[-2000:], "result": decode_(res)}
+    return {
+        "status": status,
+        "exit_code": code,
+        "wall": round(wall, 4),
+        "stdout": stdout,
+        "stderr": decode_(err)[-2000:],
+        "result": decode_(res),
+    }
 
 
 def _serve(uid: int, checker_uid: int) -> None:

@@ -29,12 +29,16 @@ def read_prompt_rows(path: str | Path) -> list[dict[str, Any]]:
         return read_rows(path)
     if path.suffix in (".jsonl", ".json"):
         if not path.is_file():
-            raise UserError(f"Data file {path} does not exist; write it first (or1 prepare-data) or fix the path.")
+            raise UserError(
+                f"Data file {path} does not exist; write it first (or1 prepare-data) or fix the path."
+            )
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         for i, row in enumerate(rows):
             validate_row(row, where=f"{path} line {i + 1}")
         return rows
-    raise UserError(f"{path}: training files must be .parquet or .jsonl or1 rows (prepare hub datasets first)")
+    raise UserError(
+        f"{path}: training files must be .parquet or .jsonl or1 rows (prepare hub datasets first)"
+    )
 
 
 def prompt_key(row: dict[str, Any]) -> str:

@@ -71,7 +71,9 @@ def train(t: Trainer) -> None:
         alpha = t.entropy.step(sampled_entropy(batch))
         with timer("update"):
             update = t.actor.update_actor(batch.only(_update_columns(cfg)), entropy_coef=alpha)[0]
-        _finish_step(t, step, step_metrics(sampled, rejection, batch, update, t.entropy.metrics(), timer.metrics()))
+        _finish_step(
+            t, step, step_metrics(sampled, rejection, batch, update, t.entropy.metrics(), timer.metrics())
+        )
 
 
 def _finish_step(t: Trainer, step: int, metrics: dict[str, float]) -> None:

@@ -62,7 +62,9 @@ class MetricsLogger:
         """Drop logged steps beyond `step` (written by a run that died after its last checkpoint)."""
         if not self.path.is_file():
             return
-        kept = [line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step]
+        kept = [
+            line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step
+        ]
         self.path.write_text("".join(line + "\n" for line in kept))
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
@@ -71,7 +73,9 @@ class MetricsLogger:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             with self.path.open("a") as f:
                 f.write(json.dumps(record) + "\n")
-        numbers = {k: float(v) for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)}
+        numbers = {
+            k: float(v) for k, v in metrics.items() if isinstance(v, int | float) and not isinstance(v, bool)
+        }
         if self.tb is not None:
             for key, value in numbers.items():
                 self.tb.add_scalar(key, value, step)

@@ -20,7 +20,10 @@ from or1.hybrid.batch import Batch
 def truncation_policy(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
     """`rewards` and the loss mask after the truncated-response policy (zero_reward or mask)."""
     rewards, mask = apply_truncation_policy(
-        batch.tensors["scores"], batch.tensors["truncated"], batch.tensors["response_mask"], algorithm.truncated
+        batch.tensors["scores"],
+        batch.tensors["truncated"],
+        batch.tensors["response_mask"],
+        algorithm.truncated,
     )
     return Batch({**batch.tensors, "rewards": rewards, "response_mask": mask}, batch.non_tensor, batch.meta)
 
@@ -28,7 +31,10 @@ def truncation_policy(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
 def rejection_sample(batch: Batch, algorithm: AlgorithmConfig, multiple: int) -> tuple[Batch, RejectionStats]:
     """Keep informative groups (reward variance > 0), trimmed to a multiple of the data-parallel size."""
     keep, stats = rejection_keep_indices(
-        batch.tensors["rewards"], batch.non_tensor["uid"], multiple=multiple, drop_equal=algorithm.rejection_sampling
+        batch.tensors["rewards"],
+        batch.non_tensor["uid"],
+        multiple=multiple,
+        drop_equal=algorithm.rejection_sampling,
     )
     return batch.select(keep), stats
 
@@ -38,11 +44,15 @@ def add_advantages(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
     mask = batch.tensors["response_mask"]
     token_rewards = scores_to_token_rewards(batch.tensors["rewards"], mask)
     kl = algorithm.kl
-    if kl.enabled and kl.in_reward:  # KL-in-reward: the penalty lowers every token's reward instead of a loss term
+    if (
+        kl.enabled and kl.in_reward
+    ):  # KL-in-reward: the penalty lowers every token's reward instead of a loss term
         penalty = kl_penalty(batch.tensors["old_log_probs"], batch.tensors["ref_log_probs"], kl.kind)
         token_rewards = token_rewards - kl.coef * penalty * mask
     inputs = AdvantageInputs(token_rewards, mask, batch.non_tensor["uid"], batch.tensors.get("values"))
-    advantages, returns = compute_advantages(algorithm.advantage, inputs, AdvantageParams.from_config(algorithm))
+    advantages, returns = compute_advantages(
+        algorithm.advantage, inputs, AdvantageParams.from_config(algorithm)
+    )
     return batch.union(Batch({"advantages": advantages, "returns": returns}))
 
 
@@ -98,9 +108,10 @@ def step_metrics(
 ) -> dict[str, float]:
     """The step's log record: rollout, verifier reasons, trained rows, actor update, entropy control, time."""
     out = {**rollout_metrics(sampled, rejection), **reason_counts(sampled), **kept_metrics(trained)}
-    out.update({f"actor/{k}": v for k, v in update.items() if k != "entropy"})  # the old-log-prob pass's is logged
+    out.update(
+        {f"actor/{k}": v for k, v in update.items() if k != "entropy"}
+    )  # the old-log-prob pass's is logged
     out.update({f"entropy/{k}": v for k, v in entropy_control.items()})
     out.update(timings)
     out["perf/tokens_per_s"] = out["response/tokens"] / max(timings.get("time/step", 0.0), 1e-9)
     return out
-

@@ -101,33 +101,49 @@ def check_runnable(cfg: RunConfig, run_dir: Path) -> str:
     """The model folder this stage starts from; a UserError for what this machine or run cannot do."""
     device = cfg.trainer.device
     if device == "cuda" and not torch.cuda.is_available():
-        raise UserError(f"recipe {cfg.recipe} needs CUDA GPUs (trainer.device: cuda) and none is visible; "
-                        "run it on a GPU node or use a CPU recipe such as stages/tiny.yaml")
+        raise UserError(
+            f"recipe {cfg.recipe} needs CUDA GPUs (trainer.device: cuda) and none is visible; "
+            "run it on a GPU node or use a CPU recipe such as stages/tiny.yaml"
+        )
     on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
     if on_cpu and cfg.rollout.engine == "vllm":
-        raise UserError(f"recipe {cfg.recipe} uses rollout.engine=vllm, which needs a GPU; on CPU pass "
-                        "--set rollout.engine=hf (and trainer.device=cpu)")
+        raise UserError(
+            f"recipe {cfg.recipe} uses rollout.engine=vllm, which needs a GPU; on CPU pass "
+            "--set rollout.engine=hf (and trainer.device=cpu)"
+        )
     if not on_cpu:
-        raise UserError("the GPU training path (NCCL, vLLM, offload) is not built yet; use trainer.device=cpu")
+        raise UserError(
+            "the GPU training path (NCCL, vLLM, offload) is not built yet; use trainer.device=cpu"
+        )
     if cfg.algorithm.advantage == "gae":
-        raise UserError("algorithm.advantage=gae needs the critic worker, which is not built yet; use grpo or rloo")
+        raise UserError(
+            "algorithm.advantage=gae needs the critic worker, which is not built yet; use grpo or rloo"
+        )
     if cfg.algorithm.refill:
         raise UserError("algorithm.refill (DAPO-style dynamic sampling) is not built yet; set it to false")
     if cfg.trainer.steps is None:
-        raise UserError(f"stage {cfg.stage.name} of {cfg.recipe} has no step count; pass --set trainer.steps=N")
+        raise UserError(
+            f"stage {cfg.stage.name} of {cfg.recipe} has no step count; pass --set trainer.steps=N"
+        )
     for f in cfg.data.train_files:
         if not Path(f).is_file():
-            raise UserError(f"data.train_files: {f} is not a file (relative to {Path.cwd()}); write it first "
-                            "(or1 prepare-data / or1 init-data) or fix the path")
+            raise UserError(
+                f"data.train_files: {f} is not a file (relative to {Path.cwd()}); write it first "
+                "(or1 prepare-data / or1 init-data) or fix the path"
+            )
     if cfg.stage.index > 1:
         previous = run_dir / f"stage{cfg.stage.index - 1}" / FINAL_DIR
         if not (previous / "config.json").is_file():
-            raise UserError(f"stage {cfg.stage.index} starts from stage {cfg.stage.index - 1}'s final model, but "
-                            f"{previous} does not exist; run --stage {cfg.stage.index - 1} first")
+            raise UserError(
+                f"stage {cfg.stage.index} starts from stage {cfg.stage.index - 1}'s final model, but "
+                f"{previous} does not exist; run --stage {cfg.stage.index - 1} first"
+            )
         return str(previous)
     if not Path(cfg.model.path).is_dir():
-        raise UserError(f"model.path: {cfg.model.path} is not a model folder (relative to {Path.cwd()}); "
-                        "build it first (or1 init-model) or fix the path")
+        raise UserError(
+            f"model.path: {cfg.model.path} is not a model folder (relative to {Path.cwd()}); "
+            "build it first (or1 init-model) or fix the path"
+        )
     return cfg.model.path
 
 
@@ -136,27 +152,50 @@ def start_workers(cfg: RunConfig, model_path: str) -> tuple[WorkerGroup, WorkerG
     threads = cfg.trainer.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.world_size)
     pool = ResourcePool(cfg.trainer.nnodes, cfg.trainer.devices_per_node, use_gpu=False)
     env = {"OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
-    roles = {"actor_rollout": (ActorRolloutRefWorker, {"config": cfg, "model_path": model_path, "threads": threads})}
+    roles = {
+        "actor_rollout": (
+            ActorRolloutRefWorker,
+            {"config": cfg, "model_path": model_path, "threads": threads},
+        )
+    }
     actor = colocate(pool, roles, name="actor", env=env)["actor_rollout"]
     actor.init_model()
-    rewards = WorkerGroup(ResourcePool(1, 1, use_gpu=False), RewardWorker, init_kwargs={"config": cfg.reward},
-                          name="reward", env={"OMP_NUM_THREADS": "1"})
+    rewards = WorkerGroup(
+        ResourcePool(1, 1, use_gpu=False),
+        RewardWorker,
+        init_kwargs={"config": cfg.reward},
+        name="reward",
+        env={"OMP_NUM_THREADS": "1"},
+    )
     return actor, rewards
 
 
 def build_trainer(
-    cfg: RunConfig, stage_dir: Path, model_path: str, actor: WorkerGroup, rewards: WorkerGroup, console: Console
+    cfg: RunConfig,
+    stage_dir: Path,
+    model_path: str,
+    actor: WorkerGroup,
+    rewards: WorkerGroup,
+    console: Console,
 ) -> Trainer:
     tokenizer = load_tokenizer(model_path)
     keep = filtered_prompts(cfg, stage_dir, console)
     loader = PromptLoader(
-        cfg.data.train_files, tokenizer, batch_size=cfg.trainer.batch_size,
-        max_prompt_length=cfg.data.max_prompt_length, seed=cfg.trainer.seed, shuffle=cfg.data.shuffle, keep_keys=keep,
+        cfg.data.train_files,
+        tokenizer,
+        batch_size=cfg.trainer.batch_size,
+        max_prompt_length=cfg.data.max_prompt_length,
+        seed=cfg.trainer.seed,
+        shuffle=cfg.data.shuffle,
+        keep_keys=keep,
     )
     if loader.too_long:
         console.print(f"dropped {loader.too_long} prompts longer than {cfg.data.max_prompt_length} tokens")
     return Trainer(
-        cfg=cfg, actor=actor, rewards=rewards, loader=loader,
+        cfg=cfg,
+        actor=actor,
+        rewards=rewards,
+        loader=loader,
         entropy=AdaptiveEntropyController.from_config(cfg.algorithm.entropy),
         checkpoints=CheckpointManager(stage_dir, cfg.trainer.keep_checkpoints),
         logger=MetricsLogger(stage_dir, list(cfg.trainer.loggers), cfg.trainer.steps, console),
@@ -172,7 +211,9 @@ def filtered_prompts(cfg: RunConfig, stage_dir: Path, console: Console) -> set[s
     for earlier in range(1, cfg.stage.index):
         stats = PromptStats.load(stage_dir.parent / f"stage{earlier}" / PROMPT_STATS_FILE)
         kept, report = online_filter(kept, stats, cfg.algorithm.online_filter_threshold)
-        console.print(f"online filter: dropped {report.dropped} prompts solved every time in stage {earlier} "
-                      f"(threshold {report.threshold:g})")
+        console.print(
+            f"online filter: dropped {report.dropped} prompts solved every time in stage {earlier} "
+            f"(threshold {report.threshold:g})"
+        )
     console.print(f"online filter: {len(kept)} of {total} prompts left for stage {cfg.stage.index}")
     return set(kept)

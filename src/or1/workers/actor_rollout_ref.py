@@ -52,9 +52,15 @@ class ActorRolloutRefWorker(Worker):
         self.tokenizer = load_tokenizer(self.model_path)
         self.actor = FSDPTrainEngine(self.model_path, settings, device=str(self.device))
         rollout_model = load_causal_lm(self.model_path, dtype=self.actor.model.dtype).to(self.device)
-        self.rollout = HFRolloutEngine(rollout_model, self.tokenizer, micro_batch_size=self.cfg.rollout.micro_batch_size)
+        self.rollout = HFRolloutEngine(
+            rollout_model, self.tokenizer, micro_batch_size=self.cfg.rollout.micro_batch_size
+        )
         kl = self.cfg.algorithm.kl
-        self.ref = FSDPTrainEngine(self.model_path, settings, trainable=False, device=str(self.device)) if kl.enabled else None
+        self.ref = (
+            FSDPTrainEngine(self.model_path, settings, trainable=False, device=str(self.device))
+            if kl.enabled
+            else None
+        )
         return {"rank": self.rank, "parameters": sum(p.numel() for p in rollout_model.parameters())}
 
     # ---- rollout ---------------------------------------------------------------------------------------------------
@@ -62,20 +68,33 @@ class ActorRolloutRefWorker(Worker):
     def generate_sequences(self, prompts: Batch) -> Batch:
         """Sample rollout.n responses per prompt with the current actor weights (meta: step, seed)."""
         self.rollout.wake_up()
-        self.rollout.load_weights(self.actor.named_full_params())  # collective: every rank streams every tensor
+        self.rollout.load_weights(
+            self.actor.named_full_params()
+        )  # collective: every rank streams every tensor
         r = self.cfg.rollout
-        seed = _mix(int(prompts.meta.get("seed", self.cfg.trainer.seed)), int(prompts.meta.get("step", 0)), self.rank)
+        seed = _mix(
+            int(prompts.meta.get("seed", self.cfg.trainer.seed)), int(prompts.meta.get("step", 0)), self.rank
+        )
         sampling = SamplingParams(
-            n=r.n, temperature=r.temperature, top_p=r.top_p, max_new_tokens=r.max_response_length,
-            stop_token_ids=[], seed=seed,
+            n=r.n,
+            temperature=r.temperature,
+            top_p=r.top_p,
+            max_new_tokens=r.max_response_length,
+            stop_token_ids=[],
+            seed=seed,
         )
         prompt_ids = [list(p) for p in prompts["prompt_ids"]]
         out = self.rollout.generate_ids(prompt_ids, sampling)
         self.rollout.sleep()
         repeated = prompts.drop(["prompt_ids"]).repeat(r.n, interleave=True)
         rows = [p for p in prompt_ids for _ in range(r.n)]
-        tensors = pack_sequences(rows, out.responses, self.cfg.data.max_prompt_length, r.max_response_length,
-                                 self.rollout.pad_token_id)
+        tensors = pack_sequences(
+            rows,
+            out.responses,
+            self.cfg.data.max_prompt_length,
+            r.max_response_length,
+            self.rollout.pad_token_id,
+        )
         tensors["truncated"] = torch.tensor(out.truncated, dtype=torch.bool)
         text = self.tokenizer.batch_decode(out.responses, skip_special_tokens=True)
         return repeated.union(Batch(tensors, {"response_text": text}))
@@ -84,14 +103,18 @@ class ActorRolloutRefWorker(Worker):
     @register(Dispatch.DP_COMPUTE)
     def compute_log_prob(self, batch: Batch) -> Batch:
         """Old log-probs of the sampled responses and their full-vocabulary entropy, [B, R] each."""
-        out = self.actor.log_probs(batch.only(TRAIN_COLUMNS), temperature=self.cfg.rollout.temperature, with_entropy=True)
+        out = self.actor.log_probs(
+            batch.only(TRAIN_COLUMNS), temperature=self.cfg.rollout.temperature, with_entropy=True
+        )
         return Batch({"old_log_probs": out.tensors["log_probs"], "entropy": out.tensors["entropy"]})
 
     @register(Dispatch.DP_COMPUTE)
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
         """Reference-policy log-probs [B, R]; only valid when algorithm.kl.enabled loaded a reference model."""
         if self.ref is None:
-            raise RuntimeError("compute_ref_log_prob called but algorithm.kl.enabled is false (no reference model)")
+            raise RuntimeError(
+                "compute_ref_log_prob called but algorithm.kl.enabled is false (no reference model)"
+            )
         out = self.ref.log_probs(batch.only(TRAIN_COLUMNS), temperature=self.cfg.rollout.temperature)
         return Batch({"ref_log_probs": out.tensors["log_probs"]})
 
@@ -103,7 +126,10 @@ class ActorRolloutRefWorker(Worker):
         if self.loss_cfg.needs_ref:
             columns.append("ref_log_probs")
         return self.actor.train_step(
-            batch.only(columns), self.loss_cfg, temperature=self.cfg.rollout.temperature, entropy_coef=entropy_coef
+            batch.only(columns),
+            self.loss_cfg,
+            temperature=self.cfg.rollout.temperature,
+            entropy_coef=entropy_coef,
         )
 
     # ---- checkpoints -----------------------------------------------------------------------------------------------
