@@ -26,6 +26,7 @@ from or1.trainer.phases import (
     step_metrics,
     truncation_policy,
 )
+from or1.trainer.validation import ValidationSet, is_due, validate
 from or1.workers.reward import REWARD_COLUMNS
 
 LOG_PROB_COLUMNS = ("input_ids", "attention_mask", "responses", "response_mask")
@@ -44,12 +45,15 @@ class Trainer:
     checkpoints: ckpt.CheckpointManager
     logger: MetricsLogger
     prompt_stats: PromptStats = field(default_factory=PromptStats)
+    validation: list[ValidationSet] = field(default_factory=list)  # data.validation.sets, encoded
     step: int = 0  # steps of this stage completed
 
 
 def train(t: Trainer) -> None:
     """Run the stage from t.step to trainer.steps, checkpointing every save_every steps and at the end."""
     cfg, algo = t.cfg, t.cfg.algorithm
+    if t.validation and t.step == 0:  # the starting point of the stage's validation curve
+        t.logger.log(0, validate(t.validation, t.actor, t.rewards, cfg, 0))
     while t.step < cfg.trainer.steps:
         step, timer = t.step + 1, PhaseTimer()
         with timer("generate"):
@@ -77,8 +81,10 @@ def train(t: Trainer) -> None:
 
 
 def _finish_step(t: Trainer, step: int, metrics: dict[str, float]) -> None:
-    """Advance, log, and checkpoint on schedule (the last step always checkpoints)."""
+    """Advance, validate and checkpoint on schedule (the last step always does both), log."""
     t.step = step
+    if t.validation and is_due(t.cfg, step):
+        metrics = {**metrics, **validate(t.validation, t.actor, t.rewards, t.cfg, step)}
     t.logger.log(step, metrics)
     if step % t.cfg.trainer.save_every == 0 or step == t.cfg.trainer.steps:
         save(t)

@@ -93,8 +93,14 @@ class MetricsLogger:
 
 def progress_line(step: int, total: int, m: dict[str, Any]) -> str:
     """`step 12/250 reward 0.43 kept 48/128 len 31/52 trunc 2% ent 0.31 coef 0.000 loss 0.012 gn 0.84 1.1s`."""
+    val = " ".join(
+        f"{k.removeprefix('val/')} {v:.1%}" for k, v in m.items() if k.startswith("val/") and "/avg@" in k
+    )
+    if "batch/sampled" not in m:  # a validation-only record (step 0)
+        return f"step {step}/{total} validation: {val}"
     if m.get("skipped"):
-        return f"step {step}/{total} skipped: no group with reward variance (reward {m.get('reward/mean', 0):.2f})"
+        line = f"step {step}/{total} skipped: no group with reward variance (reward {m.get('reward/mean', 0):.2f})"
+        return f"{line} | validation: {val}" if val else line
 
     def get(key: str) -> float:
         return float(m.get(key, float("nan")))
@@ -105,4 +111,4 @@ def progress_line(step: int, total: int, m: dict[str, Any]) -> str:
         f"ent {get('actor/entropy'):.2f} coef {get('entropy/coef'):.4f} loss {get('actor/pg_loss'):+.3f} "
         f"clip {get('actor/clip_frac'):.2f} gn {get('actor/grad_norm'):.2f} "
         f"{get('time/step'):.1f}s (gen {get('time/generate'):.1f}s) {get('perf/tokens_per_s'):.0f} tok/s"
-    )
+    ) + (f" | validation: {val}" if val else "")

@@ -25,6 +25,7 @@ from or1.trainer.checkpoint import CheckpointManager
 from or1.trainer.data import PromptLoader, prompt_key, read_prompt_rows
 from or1.trainer.loop import Trainer, restore, train
 from or1.trainer.metrics import MetricsLogger
+from or1.trainer.validation import load_validation_sets
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 from or1.workers.reward import RewardWorker
 
@@ -199,6 +200,7 @@ def build_trainer(
         entropy=AdaptiveEntropyController.from_config(cfg.algorithm.entropy),
         checkpoints=CheckpointManager(stage_dir, cfg.trainer.keep_checkpoints),
         logger=MetricsLogger(stage_dir, list(cfg.trainer.loggers), cfg.trainer.steps, console),
+        validation=load_validation_sets(cfg, tokenizer),
     )
 
 

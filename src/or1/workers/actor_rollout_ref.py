@@ -66,7 +66,11 @@ class ActorRolloutRefWorker(Worker):
     # ---- rollout ---------------------------------------------------------------------------------------------------
     @register(Dispatch.DP_COMPUTE)
     def generate_sequences(self, prompts: Batch) -> Batch:
-        """Sample rollout.n responses per prompt with the current actor weights (meta: step, seed)."""
+        """Sample rollout.n responses per prompt with the current actor weights.
+
+        meta: step and seed (the sampling seed derives from them), and optionally `sampling` overriding n,
+        temperature and top_p (validation).
+        """
         self.rollout.wake_up()
         self.rollout.load_weights(
             self.actor.named_full_params()
@@ -75,10 +79,12 @@ class ActorRolloutRefWorker(Worker):
         seed = _mix(
             int(prompts.meta.get("seed", self.cfg.trainer.seed)), int(prompts.meta.get("step", 0)), self.rank
         )
+        override = prompts.meta.get("sampling", {})  # validation samples with its own n / temperature / top_p
+        n = int(override.get("n", r.n))
         sampling = SamplingParams(
-            n=r.n,
-            temperature=r.temperature,
-            top_p=r.top_p,
+            n=n,
+            temperature=float(override.get("temperature", r.temperature)),
+            top_p=float(override.get("top_p", r.top_p)),
             max_new_tokens=r.max_response_length,
             stop_token_ids=[],
             seed=seed,
@@ -86,8 +92,8 @@ class ActorRolloutRefWorker(Worker):
         prompt_ids = [list(p) for p in prompts["prompt_ids"]]
         out = self.rollout.generate_ids(prompt_ids, sampling)
         self.rollout.sleep()
-        repeated = prompts.drop(["prompt_ids"]).repeat(r.n, interleave=True)
-        rows = [p for p in prompt_ids for _ in range(r.n)]
+        repeated = prompts.drop(["prompt_ids"]).repeat(n, interleave=True)
+        rows = [p for p in prompt_ids for _ in range(n)]
         tensors = pack_sequences(
             rows,
             out.responses,

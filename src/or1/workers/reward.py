@@ -32,7 +32,9 @@ class RewardWorker(Worker):
             {"ability": ability, "response": text, "reward_model": reward_model}
             for ability, text, reward_model in zip(*(batch[c] for c in REWARD_COLUMNS), strict=True)
         ]
-        results = score_batch(rows, workers=self.cfg.workers, timeout=self.cfg.math_timeout)
+        results = score_batch(
+            rows, workers=self.cfg.workers, timeout=self.cfg.math_timeout, code_timeout=self.cfg.code_timeout
+        )
         scores = torch.tensor([r.score for r in results], dtype=torch.float32)
         return Batch({"scores": scores}, {"score_reason": [r.reason for r in results]})
 

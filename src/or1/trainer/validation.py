@@ -1,0 +1,85 @@
+"""Validation during training: the recipe's validation sets, n samples at each temperature, logged as avg@n.
+
+Generation goes through the actor group's rollout path (the same weights sync as training) and scoring through
+the reward group, so validation measures exactly the policy being trained, with the same verifiers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+from transformers import PreTrainedTokenizerBase
+
+from or1.config.schema import RunConfig
+from or1.errors import UserError
+from or1.eval.benchmarks import load_benchmark
+from or1.hybrid.batch import Batch
+from or1.hybrid.worker_group import WorkerGroup
+from or1.trainer.data import encode_prompt
+from or1.workers.reward import REWARD_COLUMNS
+
+
+@dataclass
+class ValidationSet:
+    name: str
+    prompts: Batch  # non-tensor: prompt_ids, uid, ability, reward_model
+    too_long: int  # prompts dropped for exceeding data.max_prompt_length
+
+
+def load_validation_sets(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> list[ValidationSet]:
+    """Resolve data.validation.sets (benchmark names or or1-row files) into encoded prompt batches."""
+    val = cfg.data.validation
+    sets = []
+    for spec in val.sets:
+        data = load_benchmark(spec)
+        rows = data.rows[: val.max_problems] if val.max_problems else data.rows
+        encoded = [(row, encode_prompt(tokenizer, row["prompt"])) for row in rows]
+        kept = [(row, ids) for row, ids in encoded if len(ids) <= cfg.data.max_prompt_length]
+        if not kept:
+            raise UserError(
+                f"data.validation.sets: {spec} has no prompt within data.max_prompt_length="
+                f"{cfg.data.max_prompt_length} tokens"
+            )
+        columns = {
+            "prompt_ids": [ids for _, ids in kept],
+            "uid": [f"val-{i}" for i in range(len(kept))],
+            "ability": [row["ability"] for row, _ in kept],
+            "reward_model": [dict(row["reward_model"]) for row, _ in kept],
+        }
+        sets.append(ValidationSet(data.name, Batch.from_dict(columns), len(encoded) - len(kept)))
+    return sets
+
+
+def validate(
+    sets: list[ValidationSet], actor: WorkerGroup, rewards: WorkerGroup, cfg: RunConfig, step: int
+) -> dict[str, float]:
+    """avg@n, truncation and mean length of every set at every configured temperature."""
+    val = cfg.data.validation
+    metrics: dict[str, float] = {}
+    for vset in sets:
+        for temperature in val.temperatures:
+            prompts = Batch(
+                vset.prompts.tensors,
+                vset.prompts.non_tensor,
+                {
+                    "step": step,
+                    "seed": cfg.trainer.seed + 7919,  # fixed across steps: the same draws each time
+                    "sampling": {"n": val.n, "temperature": temperature, "top_p": val.top_p},
+                },
+            )
+            out = actor.generate_sequences(prompts)
+            scores = rewards.compute_scores(out.only(REWARD_COLUMNS)).tensors["scores"]
+            prefix = f"val/{vset.name}/t{temperature:g}"
+            metrics[f"{prefix}/avg@{val.n}"] = float(scores.mean())
+            metrics[f"{prefix}/truncated_frac"] = float(out.tensors["truncated"].float().mean())
+            metrics[f"{prefix}/length_mean"] = float(
+                out.tensors["response_mask"].sum(-1).to(torch.float32).mean()
+            )
+    return metrics
+
+
+def is_due(cfg: RunConfig, step: int) -> bool:
+    """Every data.validation.every steps (0: never mid-stage) and always at the stage's last step."""
+    every = cfg.data.validation.every
+    return step == cfg.trainer.steps or (every > 0 and step % every == 0)

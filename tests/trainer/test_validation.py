@@ -1,0 +1,45 @@
+"""Validation during training: when it runs, what it loads, and how the step line shows it."""
+
+from pathlib import Path
+
+import pandas as pd
+
+from or1.config.loading import resolve
+from or1.trainer.metrics import progress_line
+from or1.trainer.validation import is_due, load_validation_sets
+
+RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
+
+
+def test_validation_runs_every_n_steps_and_at_the_end():
+    cfg = resolve(RECIPE, 1, ["trainer.steps=10", "data.validation.every=4"])
+    assert [s for s in range(1, 11) if is_due(cfg, s)] == [4, 8, 10]
+    only_end = resolve(RECIPE, 1, ["trainer.steps=10", "data.validation.every=0"])
+    assert [s for s in range(1, 11) if is_due(only_end, s)] == [10]
+
+
+def test_validation_sets_are_encoded_and_capped(tmp_path, tiny_model_dir):
+    rows = [
+        {
+            "data_source": "v",
+            "prompt": [{"role": "user", "content": "Compute " + "1+" * k + "1."}],
+            "ability": "math",
+            "reward_model": {"ground_truth": f'["{k + 1}"]', "style": "rule"},
+            "extra_info": {"index": k},
+        }
+        for k in (1, 2, 40)  # the last prompt is longer than max_prompt_length
+    ]
+    path = tmp_path / "val.parquet"
+    pd.DataFrame(rows).to_parquet(path)
+    cfg = resolve(RECIPE, 1, [f"data.validation.sets=[{path}]", "data.max_prompt_length=32"])
+    from or1.models.loading import load_tokenizer
+
+    (vset,) = load_validation_sets(cfg, load_tokenizer(tiny_model_dir))
+    assert vset.name == "val" and len(vset.prompts) == 2 and vset.too_long == 1
+    assert list(vset.prompts["ability"]) == ["math", "math"]
+
+
+def test_progress_line_shows_validation():
+    assert progress_line(0, 5, {"val/v/t1/avg@5": 0.25}) == "step 0/5 validation: v/t1/avg@5 25.0%"
+    line = progress_line(1, 5, {"skipped": 1.0, "reward/mean": 1.0, "batch/sampled": 8})
+    assert line.startswith("step 1/5 skipped")
