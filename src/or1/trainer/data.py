@@ -97,8 +97,11 @@ class PromptLoader:
             return np.arange(len(self.rows))
         return np.random.default_rng([self.seed, epoch]).permutation(len(self.rows))
 
-    def next_batch(self, step: int) -> Batch:
-        """The next batch_size prompts; meta carries the step and seed (the rollout's sampling seed derives from it)."""
+    def next_batch(self, step: int, round_: int = 0) -> Batch:
+        """The next batch_size prompts; meta carries the step and seed (the rollout's sampling seed derives from it).
+
+        `round_` > 0 are the extra sampling rounds of a refilled (dynamic-sampling) step: distinct uids and seeds.
+        """
         if self.state.position + self.batch_size > len(self.rows):
             self.state = LoaderState(epoch=self.state.epoch + 1, position=0)
         order = self._order(self.state.epoch)[self.state.position : self.state.position + self.batch_size]
@@ -106,13 +109,15 @@ class PromptLoader:
         picked = [self.rows[i] for i in order]
         columns = {
             "prompt_ids": [ids for _, ids in picked],
-            "uid": [f"{step}-{j}" for j in range(len(picked))],  # one GRPO group per prompt of this step
+            "uid": [
+                f"{step}.{round_}-{j}" if round_ else f"{step}-{j}" for j in range(len(picked))
+            ],  # GRPO groups
             "prompt_key": [prompt_key(row) for row, _ in picked],
             "ability": [row["ability"] for row, _ in picked],
             "reward_model": [dict(row["reward_model"]) for row, _ in picked],
             "data_source": [row["data_source"] for row, _ in picked],
         }
-        return Batch.from_dict(columns, meta={"step": step, "seed": self.seed})
+        return Batch.from_dict(columns, meta={"step": step, "seed": self.seed + 1_000_003 * round_})
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.state.epoch, "position": self.state.position}

@@ -12,8 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from or1.algos.entropy_control import AdaptiveEntropyController
-from or1.algos.filters import PromptStats
+from or1.algos.filters import PromptStats, RefillBuffer
 from or1.config.schema import RunConfig
+from or1.hybrid.batch import Batch
 from or1.hybrid.worker_group import WorkerGroup
 from or1.trainer import checkpoint as ckpt
 from or1.trainer.data import PromptLoader
@@ -56,12 +57,9 @@ def train(t: Trainer) -> None:
         t.logger.log(0, validate(t.validation, t.actor, t.rewards, cfg, 0))
     while t.step < cfg.trainer.steps:
         step, timer = t.step + 1, PhaseTimer()
-        with timer("generate"):
-            batch = t.actor.generate_sequences(t.loader.next_batch(step))
-        with timer("reward"):
-            batch = truncation_policy(batch.union(t.rewards.compute_scores(batch.only(REWARD_COLUMNS))), algo)
-        t.prompt_stats.update(batch.non_tensor["prompt_key"], batch.tensors["rewards"])
-        sampled = batch
+        batch = sampled = sample_round(t, step, 0, timer)
+        if algo.refill:
+            batch = refill(t, step, batch, timer)
         batch, rejection = rejection_sample(batch, algo, multiple=t.actor.world_size)
         if rejection.skip:
             _finish_step(t, step, {"skipped": 1.0, **rollout_metrics(sampled, rejection), **timer.metrics()})
@@ -78,6 +76,32 @@ def train(t: Trainer) -> None:
         _finish_step(
             t, step, step_metrics(sampled, rejection, batch, update, t.entropy.metrics(), timer.metrics())
         )
+
+
+def sample_round(t: Trainer, step: int, round_: int, timer: PhaseTimer) -> Batch:
+    """Generate a batch of prompts' groups, score them, apply the truncation policy, count per-prompt solves."""
+    with timer("generate"):
+        batch = t.actor.generate_sequences(t.loader.next_batch(step, round_))
+    with timer("reward"):
+        batch = truncation_policy(
+            batch.union(t.rewards.compute_scores(batch.only(REWARD_COLUMNS))), t.cfg.algorithm
+        )
+    t.prompt_stats.update(batch.non_tensor["prompt_key"], batch.tensors["rewards"])
+    return batch
+
+
+def refill(t: Trainer, step: int, first: Batch, timer: PhaseTimer) -> Batch:
+    """DAPO-style dynamic sampling: more rounds of prompts until batch_size informative groups (or rounds run out)."""
+    buffer = RefillBuffer(t.cfg.trainer.batch_size, t.cfg.algorithm.max_refill_rounds)
+    parts, more = [], first
+    while True:
+        kept = more.select(buffer.add(more.tensors["rewards"], more.non_tensor["uid"]))
+        parts.append(
+            Batch(kept.tensors, kept.non_tensor)
+        )  # rounds differ in meta (seed); the loop needs none
+        if not buffer.needs_more:
+            return Batch.concat(parts)
+        more = sample_round(t, step, buffer.rounds, timer)
 
 
 def _finish_step(t: Trainer, step: int, metrics: dict[str, float]) -> None:

@@ -120,8 +120,6 @@ def check_runnable(cfg: RunConfig, run_dir: Path) -> str:
         raise UserError(
             "algorithm.advantage=gae needs the critic worker, which is not built yet; use grpo or rloo"
         )
-    if cfg.algorithm.refill:
-        raise UserError("algorithm.refill (DAPO-style dynamic sampling) is not built yet; set it to false")
     if cfg.trainer.steps is None:
         raise UserError(
             f"stage {cfg.stage.name} of {cfg.recipe} has no step count; pass --set trainer.steps=N"
