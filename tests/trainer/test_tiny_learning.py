@@ -1,8 +1,10 @@
 """The tiny recipe's stage 1 really teaches: validation solve rate up >= 8 points, training reward trending up.
 
-Slow (about 10 minutes on 2 cores): builds the `or1 init-model` default base (400 SFT steps, ~38% solved), runs
-`stages/tiny.yaml` stage 1 (200 steps) with 2 data-parallel Ray ranks, and scores base and final model on the fixed
-200-problem validation split with 5 samples each at T=1.0 and a 96-token budget. Measured once: 38.8% -> 46.5%.
+Slow (about 12 minutes on 2 cores): builds the `or1 init-model` default base (400 SFT steps, ~39% solved), runs
+`stages/tiny.yaml` stage 1 (250 steps, lr 5e-5) with 2 data-parallel Ray ranks, and scores base and final model on the
+fixed 200-problem validation split with 5 samples each at T=1.0 and a 96-token budget. Measured with two training
+seeds: 39.4% -> 49.8% (+10.4; the recipe's seed 0, reproduced exactly by this test) and -> 51.3% (+11.9, seed 1);
+training reward 0.38 -> 0.46. Stage 1 itself: ~6.5 minutes of steps on 2 uncontended cores.
 """
 
 from __future__ import annotations
@@ -26,8 +28,15 @@ BASE_SFT_STEPS = 400  # the `or1 init-model` default (300 steps: 23% solved, 450
 
 def validation_rate(model_dir: Path) -> float:
     model, tokenizer = load_causal_lm(model_dir), load_tokenizer(model_dir)
-    rate = measure_solve_rate(HFRolloutEngine(model, tokenizer), tokenizer, math_validation_rows(),
-                              samples=5, temperature=1.0, max_new_tokens=96, seed=1234)
+    rate = measure_solve_rate(
+        HFRolloutEngine(model, tokenizer),
+        tokenizer,
+        math_validation_rows(),
+        samples=5,
+        temperature=1.0,
+        max_new_tokens=96,
+        seed=1234,
+    )
     return rate.overall
 
 
@@ -38,10 +47,15 @@ def test_tiny_stage1_improves_validation_by_8_points(tmp_path: Path) -> None:
     init_tiny_model(base, seed=0, sft_steps=BASE_SFT_STEPS, eval_samples=1)
     data = write_tiny_dataset(tmp_path / "tiny" / "data", seed=0)
     before = validation_rate(base)
-    final = run_train(RECIPE, "1", tmp_path / "run", [f"model.path={base}", f"data.train_files=[{data.train}]"],
-                      "never", None)
+    overrides = [
+        f"model.path={base}",
+        f"data.train_files=[{data.train}]",
+        f"data.validation.sets=[{data.validation}]",
+    ]
+    final = run_train(RECIPE, "1", tmp_path / "run", overrides, "never", None)
     after = validation_rate(final)
     assert after - before >= 0.08, f"validation {before:.1%} -> {after:.1%}"
-    rewards = [json.loads(line)["reward/mean"] for line in (final.parent / "metrics.jsonl").read_text().splitlines()]
+    records = [json.loads(line) for line in (final.parent / "metrics.jsonl").read_text().splitlines()]
+    rewards = [r["reward/mean"] for r in records if "reward/mean" in r]  # step-0 validation has no rollout
     quarter = len(rewards) // 4
     assert statistics.mean(rewards[-quarter:]) > statistics.mean(rewards[:quarter]) + 0.03
