@@ -7,14 +7,8 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from or1.algos.filters import (
-    PROMPT_STATS_FILE,
-    PromptStats,
-    RefillBuffer,
-    group_reward_stats,
-    online_filter,
-    rejection_keep_indices,
-)
+from or1.algos.filters import RefillBuffer, group_reward_stats, rejection_keep_indices
+from or1.algos.online_filter import PROMPT_STATS_FILE, PromptStats, online_filter
 from or1.errors import UserError
 
 

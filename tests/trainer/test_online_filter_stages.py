@@ -5,7 +5,7 @@ from pathlib import Path
 import pandas as pd
 from rich.console import Console
 
-from or1.algos.filters import PROMPT_STATS_FILE, PromptStats
+from or1.algos.online_filter import PROMPT_STATS_FILE, PromptStats
 from or1.config.loading import resolve
 from or1.trainer.data import prompt_key
 from or1.trainer.run import filtered_prompts

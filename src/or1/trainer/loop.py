@@ -12,7 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from or1.algos.entropy_control import AdaptiveEntropyController
-from or1.algos.filters import PromptStats, RefillBuffer
+from or1.algos.filters import RefillBuffer
+from or1.algos.online_filter import PromptStats
 from or1.config.schema import RunConfig
 from or1.hybrid.batch import Batch
 from or1.hybrid.worker_group import WorkerGroup

@@ -15,7 +15,7 @@ import torch
 from rich.console import Console
 
 from or1.algos.entropy_control import AdaptiveEntropyController
-from or1.algos.filters import PROMPT_STATS_FILE, PromptStats, online_filter
+from or1.algos.online_filter import PROMPT_STATS_FILE, PromptStats, online_filter
 from or1.config.loading import dump, load_recipe, resolve, stage_names
 from or1.config.schema import RunConfig
 from or1.errors import UserError
