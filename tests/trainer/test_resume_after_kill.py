@@ -31,6 +31,8 @@ def command(run_dir: Path, model_dir: Path, data_dir: Path, resume: str) -> list
         "actor.ppo_mini_batch_size=8",
         "rollout.n=4",
         "trainer.loggers=[jsonl]",
+        f"data.validation.sets=[{data_dir / 'validation.parquet'}]",
+        "data.validation.max_problems=8",
     ]
     code = (
         "import sys; from pathlib import Path; from or1.trainer.run import run_train; "
@@ -81,7 +83,9 @@ def test_killed_during_checkpoint_then_resumed_equals_uninterrupted(
     run(command(killed, tiny_model_dir, tiny_data_dir, "auto"))
 
     assert metrics(killed) == metrics(straight)
-    assert [m["step"] for m in metrics(killed)] == list(range(1, STEPS + 1))
+    assert [m["step"] for m in metrics(killed)] == list(
+        range(0, STEPS + 1)
+    )  # step 0: validation before training
     a = load_file(straight / "stage1" / "final" / "model.safetensors")
     b = load_file(killed / "stage1" / "final" / "model.safetensors")
     assert a.keys() == b.keys()
