@@ -128,7 +128,7 @@ def check_runnable(cfg: RunConfig, run_dir: Path) -> str:
         if not Path(f).is_file():
             raise UserError(
                 f"data.train_files: {f} is not a file (relative to {Path.cwd()}); write it first "
-                "(or1 prepare-data / or1 init-data) or fix the path"
+                "(or1 prepare-data --preset tiny for the tiny recipe) or fix the path"
             )
     if cfg.stage.index > 1:
         previous = run_dir / f"stage{cfg.stage.index - 1}" / FINAL_DIR
