@@ -14,6 +14,7 @@ from or1.algos.losses import (
     policy_loss,
     ppo_clip_loss,
     token_log_probs,
+    value_loss,
 )
 from or1.config.schema import (
     ActorConfig,
@@ -239,3 +240,24 @@ def test_loss_config_from_run_config():
     assert (cfg.kl_coef, cfg.kl_kind, cfg.needs_ref) == (0.01, "k2", True)
     # KL in the reward: no KL loss term
     assert LossConfig.from_config(_run_config(kl=KLConfig(enabled=True, in_reward=True))).kl_coef == 0.0
+
+
+def test_value_loss_clips_around_the_old_values_by_hand():
+    # token 0: |V - V_old| = 0.1 inside the clip: 0.5 * (0.6 - 1)^2 = 0.08
+    # token 1: V moved +1.0 past the 0.2 clip; V_clip = 0.2, G = 0: max(1.0, 0.04) * 0.5 = 0.5 (unclipped is larger)
+    # token 2: V moved -1.0, V_clip = -0.2, G = 1: unclipped 0.5 * 4 = 2, clipped 0.5 * 1.44 = 0.72 -> 2
+    # token 3: V moved +0.5 towards G = 1 from 0: unclipped 0.5 * 0.25 = 0.125, clipped 0.5 * 0.64 = 0.32 -> 0.32
+    # token 4: masked out
+    values = torch.tensor([[0.6, 1.0, -1.0, 0.5, 9.0]], requires_grad=True)
+    old = torch.tensor([[0.5, 0.0, 0.0, 0.0, 0.0]])
+    returns = torch.tensor([[1.0, 0.0, 1.0, 1.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1, 1, 0]])
+    loss, metrics = value_loss(values, old, returns, mask, cliprange=0.2)
+    assert loss.item() == pytest.approx((0.08 + 0.5 + 2.0 + 0.32) / 4)
+    assert metrics["vf_clip_frac"] == pytest.approx(0.25)  # only token 3's clipped term is the larger one
+    assert metrics["value_mean"] == pytest.approx((0.6 + 1.0 - 1.0 + 0.5) / 4)
+    loss.backward()
+    # d/dV of 0.5 (V - G)^2 / 4 where unclipped is active; 0 where the clipped term wins (token 3) or masked
+    close(values.grad, torch.tensor([[(0.6 - 1.0) / 4, 1.0 / 4, -2.0 / 4, 0.0, 0.0]]))
+    half, _ = value_loss(values, old, returns, mask, cliprange=0.2, num_tokens=8.0)
+    assert half.item() == pytest.approx(loss.item() / 2)  # a global denominator twice the local count

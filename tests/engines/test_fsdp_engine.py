@@ -15,23 +15,9 @@ from or1.algos.losses import LossConfig, token_log_probs
 from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
 from or1.hybrid.batch import Batch
 from or1.models.loading import load_causal_lm
-from or1.models.tiny import TinyModelSpec, build_tiny_model
-from or1.models.tokenizer import train_tokenizer
 from or1.workers.actor_rollout_ref import pack_sequences
 
-SPEC = TinyModelSpec(
-    hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128
-)
 PROMPT_W, RESPONSE_W = 12, 16
-
-
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An untrained small Qwen2 (the engine's arithmetic does not care whether it can do sums)."""
-    out = tmp_path_factory.mktemp("fsdp_model")
-    tokenizer = train_tokenizer([f"Compute {a}+{b}. {a}+{b}={a + b}." for a in range(10) for b in range(10)])
-    build_tiny_model(tokenizer, seed=0, spec=SPEC).save_pretrained(out)
-    return out
 
 
 def make_batch(rows: int, seed: int = 0) -> Batch:

@@ -43,7 +43,9 @@ def test_stage3_drops_what_stage1_or_stage2_always_solved(tmp_path):
     recipe = Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml"
     overrides = [f"data.train_files=[{data}]"]
     quiet = Console(file=open("/dev/null", "w"))
-    assert filtered_prompts(resolve(str(recipe), 2, overrides), run / "stage2", quiet) == set(keys[1:])
-    assert filtered_prompts(resolve(str(recipe), 3, overrides), run / "stage3", quiet) == {keys[2], keys[3]}
+    stage2 = filtered_prompts(resolve(str(recipe), 2, overrides), run / "stage2", quiet)
+    assert stage2 == (set(keys[1:]), {"stage1": 1})
+    stage3 = filtered_prompts(resolve(str(recipe), 3, overrides), run / "stage3", quiet)
+    assert stage3 == ({keys[2], keys[3]}, {"stage1": 1, "stage2": 1})
     off = resolve(str(recipe), 3, [*overrides, "algorithm.online_filter=false"])
-    assert filtered_prompts(off, run / "stage3", quiet) is None
+    assert filtered_prompts(off, run / "stage3", quiet) == (None, {})

@@ -282,3 +282,32 @@ def policy_loss(
         metrics["kl"] = _masked_mean(kl.detach(), mask)
         metrics["kl_loss"] = float(kl_agg.detach())
     return loss, metrics
+
+
+def value_loss(
+    values: Tensor,
+    old_values: Tensor,
+    returns: Tensor,
+    mask: Tensor,
+    *,
+    cliprange: float,
+    num_tokens: float | None = None,
+) -> tuple[Tensor, dict[str, float]]:
+    """The critic's clipped value loss for one micro-batch (PPO), token-mean aggregated.
+
+    Per token: 0.5 * max((V - G)^2, (V_clip - G)^2) with V_clip = V_old + clip(V - V_old, -cliprange, cliprange),
+    V the current values (with grad), V_old the values the advantages were computed from and G the GAE returns.
+    Returns the loss and metrics: vf_loss (this micro-batch's contribution, see `aggregate`), vf_clip_frac (tokens
+    whose clipped term is the larger), value_mean and return_mean (local masked means), tokens.
+    """
+    clipped = old_values + (values - old_values).clamp(-cliprange, cliprange)
+    unclipped_sq, clipped_sq = (values - returns).square(), (clipped - returns).square()
+    loss = aggregate(0.5 * torch.maximum(unclipped_sq, clipped_sq), mask, "token-mean", num_tokens=num_tokens)
+    metrics = {
+        "vf_loss": float(loss.detach()),
+        "vf_clip_frac": _masked_mean((clipped_sq > unclipped_sq).float().detach(), mask),
+        "value_mean": _masked_mean(values.detach(), mask),
+        "return_mean": _masked_mean(returns, mask),
+        "tokens": float(mask.sum()),
+    }
+    return loss, metrics

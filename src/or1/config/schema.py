@@ -70,7 +70,9 @@ class RolloutConfig(Section):
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1, description="vLLM KV-cache share of GPU memory.")
 
 
-class ActorConfig(Section):
+class OptimConfig(Section):
+    """The optimiser and batching of one trained model (the actor's, and the critic's under GAE)."""
+
     lr: float = Field(1e-6, gt=0, description="AdamW learning rate, constant.")
     weight_decay: float = Field(0.0, ge=0)
     betas: tuple[float, float] = (0.9, 0.999)
@@ -83,6 +85,9 @@ class ActorConfig(Section):
     micro_batch_size: int = Field(
         8, ge=1, description="Sequences per forward/backward (gradient accumulation)."
     )
+
+
+class ActorConfig(OptimConfig):
     clip_ratio_low: float = Field(0.2, ge=0, description="PPO clip epsilon below 1.")
     clip_ratio_high: float = Field(
         0.2, ge=0, description="PPO clip epsilon above 1 (clip-higher: 0.25-0.265)."
@@ -94,6 +99,23 @@ class ActorConfig(Section):
         False, description="Offload FSDP parameters and optimizer to CPU between phases (GPU)."
     )
     sequence_parallel_size: int = Field(1, ge=1, description="Ulysses sequence parallelism (GPU path).")
+
+
+class CriticConfig(OptimConfig):
+    """PPO's value model, trained only when algorithm.advantage is gae (colocated with the actor)."""
+
+    model_path: str | None = Field(
+        None,
+        description="Critic's start model; None: the stage's start policy (stage N > 1: stage N-1's final critic).",
+    )
+    lr: float = Field(1e-5, gt=0, description="AdamW learning rate, constant.")
+    ppo_mini_batch_size: int | None = Field(
+        None, ge=1, description="Prompts per SGD step; None: the actor's."
+    )
+    ppo_epochs: int = Field(1, ge=1, description="Passes over each batch.")
+    cliprange_value: float = Field(
+        0.5, gt=0, description="Clip of the value update around the values the advantages came from."
+    )
 
 
 class EntropyControlConfig(Section):
@@ -187,6 +209,7 @@ class RunConfig(Section):
     data: DataConfig
     rollout: RolloutConfig = Field(default_factory=RolloutConfig)
     actor: ActorConfig = Field(default_factory=ActorConfig)
+    critic: CriticConfig = Field(default_factory=CriticConfig)
     algorithm: AlgorithmConfig = Field(default_factory=AlgorithmConfig)
     reward: RewardConfig = Field(default_factory=RewardConfig)
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
@@ -198,7 +221,17 @@ class RunConfig(Section):
                 f"actor.ppo_mini_batch_size ({self.actor.ppo_mini_batch_size}) exceeds "
                 f"trainer.batch_size ({self.trainer.batch_size})"
             )
+        if (self.critic.ppo_mini_batch_size or 0) > self.trainer.batch_size:
+            raise ValueError(
+                f"critic.ppo_mini_batch_size ({self.critic.ppo_mini_batch_size}) exceeds "
+                f"trainer.batch_size ({self.trainer.batch_size})"
+            )
         return self
+
+    @property
+    def uses_critic(self) -> bool:
+        """PPO with GAE needs a critic worker; the outcome estimators (GRPO, RLOO) do not."""
+        return self.algorithm.advantage == "gae"
 
     @property
     def world_size(self) -> int:

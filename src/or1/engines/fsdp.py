@@ -1,19 +1,22 @@
-"""The training engine: a Hugging Face causal LM sharded with FSDP2, its AdamW optimiser, and the passes RL needs.
+"""The training engines: Hugging Face models sharded with FSDP2, their AdamW optimisers, and the passes RL needs.
 
-One engine lives in every data-parallel rank (an ActorRolloutRef worker). `torch.distributed` must already be
+`FSDPTrainEngine` is the policy (a causal LM: log-probs, entropy, the PPO-clip update); `FSDPCriticEngine` is PPO's
+critic (the same architecture with a value head: values, the clipped value update). One engine of each role lives
+in every data-parallel rank (ActorRolloutRef and Critic workers, colocated). `torch.distributed` must already be
 initialised (gloo on CPU, nccl on GPU); every method that touches the model is collective: all ranks call it with
 shards of equal size (DP_COMPUTE dispatch guarantees that, and the engine pads the micro-batch count anyway).
 
 Batch layout (tensors, first dim = sequences): `input_ids` / `attention_mask` [B, P + R] with left-padded prompts
 and right-padded responses, `responses` / `response_mask` [B, R] (the last R columns of input_ids; response_mask
-is the loss mask), plus `old_log_probs`, `advantages` (and `ref_log_probs`) [B, R] for training. Each micro-batch
+is the loss mask), plus `old_log_probs`, `advantages` (and `ref_log_probs`) [B, R] for the policy's update and
+`values`, `returns` [B, R] for the critic's. Each micro-batch
 is cut to its own longest row before the forward pass, so compute is paid only for real tokens of kept rows.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -28,13 +31,26 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.fsdp import fully_shard
+from transformers import PreTrainedModel
 
-from or1.algos.losses import LossConfig, entropy_from_logits, loss_denominators, policy_loss, token_log_probs
+from or1.algos.losses import (
+    LossConfig,
+    entropy_from_logits,
+    loss_denominators,
+    policy_loss,
+    token_log_probs,
+    value_loss,
+)
 from or1.hybrid.batch import Batch
-from or1.models.loading import load_causal_lm
+from or1.models.loading import load_causal_lm, load_value_model
 
 if TYPE_CHECKING:
-    from or1.config.schema import RunConfig
+    from or1.config.schema import ActorConfig, CriticConfig, RunConfig
+
+# micro-batch tensors -> outputs [b, R] by name (an inference pass)
+MicroForward = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
+# (micro-batch tensors, global tokens / world size, global sequences / world size) -> (loss, metrics with `tokens`)
+MicroLoss = Callable[[dict[str, torch.Tensor], float, float], tuple[torch.Tensor, dict[str, float]]]
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 OPTIMIZER_FILE = "optimizer.pt"
@@ -42,7 +58,7 @@ OPTIMIZER_FILE = "optimizer.pt"
 
 @dataclass(frozen=True)
 class TrainSettings:
-    """What the engine needs from the recipe (actor.* and model.*), in one typed place."""
+    """What an engine needs from the recipe (actor.* or critic.*, and model.*), in one typed place."""
 
     dtype: str = "float32"
     gradient_checkpointing: bool = False
@@ -56,8 +72,12 @@ class TrainSettings:
     epochs: int = 1  # passes over each batch
 
     @classmethod
-    def from_config(cls, cfg: RunConfig) -> TrainSettings:
-        actor = cfg.actor
+    def from_config(cls, cfg: RunConfig, section: ActorConfig | CriticConfig | None = None) -> TrainSettings:
+        """Settings of the actor (default) or of the optimiser section given (cfg.critic)."""
+        actor = section if section is not None else cfg.actor
+        mini_batch = (
+            actor.ppo_mini_batch_size or cfg.actor.ppo_mini_batch_size
+        )  # the critic's None: the actor's
         dtype = "float32" if cfg.trainer.device == "cpu" else cfg.model.dtype  # CPU kernels want float32
         return cls(
             dtype=dtype,
@@ -68,27 +88,27 @@ class TrainSettings:
             warmup_steps=actor.warmup_steps,
             grad_clip=actor.grad_clip,
             micro_batch_size=actor.micro_batch_size,
-            mini_batches=max(1, cfg.trainer.batch_size // actor.ppo_mini_batch_size),
+            mini_batches=max(1, cfg.trainer.batch_size // mini_batch),
             epochs=actor.ppo_epochs,
         )
 
 
-class FSDPTrainEngine:
-    """A causal LM under FSDP2 (each decoder layer and the root sharded) with AdamW and a warm-up schedule."""
+class FSDPEngine:
+    """An HF model under FSDP2 (each decoder layer and the root sharded) with AdamW and a warm-up schedule.
 
-    def __init__(
-        self, model_path: str | Path, settings: TrainSettings, *, trainable: bool = True, device: str = "cpu"
-    ):
+    The machinery the policy (FSDPTrainEngine) and the critic (FSDPCriticEngine) share: sharding, micro-batch
+    windows, the epochs x mini-batches x micro-batches update loop with global loss denominators, metric reduction
+    over ranks, and world-size independent checkpoints.
+    """
+
+    def __init__(self, model: PreTrainedModel, settings: TrainSettings, *, trainable: bool = True):
         if not dist.is_initialized():
-            raise RuntimeError(
-                "FSDPTrainEngine needs torch.distributed initialised (Worker.init_distributed)"
-            )
+            raise RuntimeError("FSDP engines need torch.distributed initialised (Worker.init_distributed)")
         self.settings = settings
         self.world_size = dist.get_world_size()
         self.rank = dist.get_rank()
-        model = load_causal_lm(model_path, dtype=DTYPES[settings.dtype]).to(device)
         self.config = model.config
-        self.generation_config = model.generation_config
+        self.generation_config = getattr(model, "generation_config", None)
         # Aliases of tied weights (lm_head.weight when embeddings are tied): left out of saved checkpoints.
         unique = {name for name, _ in model.named_parameters()}
         self.tied_aliases = {name for name, _ in model.named_parameters(remove_duplicate=False)} - unique
@@ -110,65 +130,44 @@ class FSDPTrainEngine:
                 self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
             )
 
-    # ---- forward passes -------------------------------------------------------------------------------------
-    def _forward(self, micro: dict[str, torch.Tensor], temperature: float, with_entropy: bool):
-        """Log-probs (and entropy) [b, R] of the responses of one micro-batch, computed on its trimmed window."""
+    # ---- passes ------------------------------------------------------------------------------------------------
+    @staticmethod
+    def _window(micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
+        """(ids, mask, position ids, R') of a micro-batch cut to its longest prompt and longest response R'."""
         ids, mask = micro["input_ids"], micro["attention_mask"]
-        width = micro["responses"].shape[1]
-        prompt_width = ids.shape[1] - width
+        prompt_width = ids.shape[1] - micro["responses"].shape[1]
         keep_resp = max(1, int(mask[:, prompt_width:].sum(-1).max()))  # longest response in this micro-batch
         first = int(prompt_width - mask[:, :prompt_width].sum(-1).max())  # longest prompt's first column
         end = prompt_width + keep_resp
         ids, mask = ids[:, first:end], mask[:, first:end]
-        positions = (mask.cumsum(-1) - 1).clamp(min=0)
-        logits = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=False,
-            logits_to_keep=keep_resp + 1,
-        ).logits[
-            :, :-1
-        ]  # position t predicts token t + 1: the last R' + 1 positions predict the R' responses
-        targets = micro["responses"][:, :keep_resp]
-        real = mask[:, -keep_resp:].to(logits.dtype)  # 0 on the padding of rows shorter than the longest
-        log_probs = _pad_right(token_log_probs(logits, targets, temperature) * real, width)
-        entropy = _pad_right(entropy_from_logits(logits, temperature) * real, width) if with_entropy else None
-        return log_probs, entropy
+        return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), keep_resp
 
     @torch.no_grad()
-    def log_probs(self, batch: Batch, *, temperature: float, with_entropy: bool = False) -> Batch:
-        """Per-token log-probs (key `log_probs`) and optionally full-vocabulary entropy (`entropy`), [B, R]."""
+    def _inference(self, batch: Batch, forward: MicroForward) -> Batch:
+        """Run `forward` over every micro-batch in eval mode and concatenate its [b, R] outputs per key."""
         was_training = self.model.training
         self.model.eval()
-        outs: dict[str, list[torch.Tensor]] = {"log_probs": [], "entropy": []}
+        outs: dict[str, list[torch.Tensor]] = {}
         try:
             for rows in self._micro_slices(batch.tensors["input_ids"].shape[0]):
-                micro = _take(batch.tensors, rows)
-                log_probs, entropy = self._forward(micro, temperature, with_entropy)
+                result = forward(_take(batch.tensors, rows))
                 if rows.stop > rows.start:  # a padding micro-batch only keeps the collectives aligned
-                    outs["log_probs"].append(log_probs)
-                    if entropy is not None:
-                        outs["entropy"].append(entropy)
+                    for key, value in result.items():
+                        outs.setdefault(key, []).append(value)
         finally:
             self.model.train(was_training)
-        return Batch(tensors={k: torch.cat(v) for k, v in outs.items() if v})
+        return Batch(tensors={k: torch.cat(v) for k, v in outs.items()})
 
-    # ---- training ----------------------------------------------------------------------------------------------
-    def train_step(
-        self, batch: Batch, loss_cfg: LossConfig, *, temperature: float, entropy_coef: float = 0.0
-    ) -> dict[str, float]:
+    def _update(self, tensors: dict[str, torch.Tensor], micro_loss: MicroLoss) -> dict[str, float]:
         """PPO epochs x mini-batches x micro-batches with gradient accumulation; one optimizer step per mini-batch.
 
-        The loss of each mini-batch is normalised by its GLOBAL token (or sequence) count across all ranks, so the
-        update is the same whatever the world size and micro-batch size. Returns metrics averaged over all ranks.
+        `micro_loss(micro, num_tokens, num_seqs)` returns a micro-batch's loss and metrics (with `tokens`); the
+        denominators are the mini-batch's GLOBAL token and sequence counts over all ranks divided by the world size
+        (FSDP averages gradients over ranks), so the update is the same whatever the world size and micro-batch
+        size. Returns metrics averaged over all ranks.
         """
-        assert self.optimizer is not None and self.scheduler is not None, "a reference engine does not train"
-        tensors = batch.tensors
+        assert self.optimizer is not None and self.scheduler is not None, "a frozen engine does not train"
         rows = tensors["input_ids"].shape[0]
-        need_entropy = (
-            entropy_coef != 0.0
-        )  # the full-vocabulary entropy costs a pass over the logits: only if used
         sums: dict[str, float] = {}
         steps = 0
         self.model.train()
@@ -176,42 +175,22 @@ class FSDPTrainEngine:
             for mini in _even_slices(rows, self.settings.mini_batches):
                 mini_tensors = _take(tensors, mini)
                 tokens, seqs = self._global_counts(mini_tensors["response_mask"])
-                for metrics in self._accumulate(
-                    mini_tensors, loss_cfg, temperature, entropy_coef, need_entropy, tokens, seqs
-                ):
-                    for key, value in metrics.items():
-                        sums[key] = sums.get(key, 0.0) + value
+                slices = self._micro_slices(mini_tensors["input_ids"].shape[0])
+                for i, micro_rows in enumerate(slices):
+                    self.model.set_requires_gradient_sync(i == len(slices) - 1)  # reduce once per mini-batch
+                    loss, metrics = micro_loss(
+                        _take(mini_tensors, micro_rows), tokens / self.world_size, seqs / self.world_size
+                    )
+                    real = (
+                        micro_rows.stop > micro_rows.start
+                    )  # a padding micro-batch must not move the weights
+                    (loss * (1.0 if real else 0.0)).backward()
+                    if real:
+                        for key, value in _weighted(metrics).items():
+                            sums[key] = sums.get(key, 0.0) + value
                 sums["grad_norm"] = sums.get("grad_norm", 0.0) + self._optimizer_step()
                 steps += 1
         return self._reduce_metrics(sums, steps)
-
-    def _accumulate(
-        self, mini, loss_cfg, temperature, entropy_coef, need_entropy, tokens, seqs
-    ) -> Iterator[dict]:
-        """Forward / backward every micro-batch of one mini-batch; yields token-weighted metric sums."""
-        slices = self._micro_slices(mini["input_ids"].shape[0])
-        for i, rows in enumerate(slices):
-            micro = _take(mini, rows)
-            self.model.set_requires_gradient_sync(
-                i == len(slices) - 1
-            )  # reduce gradients once per mini-batch
-            log_probs, entropy = self._forward(micro, temperature, need_entropy)
-            loss, metrics = policy_loss(
-                log_probs,
-                micro["old_log_probs"],
-                micro["advantages"],
-                micro["response_mask"],
-                loss_cfg,
-                entropy=entropy,
-                entropy_coef=entropy_coef,
-                ref_log_probs=micro.get("ref_log_probs"),
-                num_tokens=tokens / self.world_size,
-                num_seqs=seqs / self.world_size,  # FSDP averages over ranks
-            )
-            weight = 1.0 if rows.stop > rows.start else 0.0  # a padding micro-batch must not move the weights
-            (loss * weight).backward()
-            if weight:
-                yield _weighted(metrics)
 
     def _optimizer_step(self) -> float:
         norm = torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.settings.grad_clip)
@@ -320,6 +299,104 @@ class FSDPTrainEngine:
 
     def offload(self, params: bool = True, optimizer: bool = True) -> None:
         """No-op on CPU (parameters and optimizer state already live in host memory); the GPU engine moves them."""
+
+
+class FSDPTrainEngine(FSDPEngine):
+    """The policy (actor, or the frozen reference when trainable=False): a causal LM under FSDP2."""
+
+    def __init__(
+        self, model_path: str | Path, settings: TrainSettings, *, trainable: bool = True, device: str = "cpu"
+    ):
+        super().__init__(
+            load_causal_lm(model_path, dtype=DTYPES[settings.dtype]).to(device), settings, trainable=trainable
+        )
+
+    def _forward(self, micro: dict[str, torch.Tensor], temperature: float, with_entropy: bool):
+        """Log-probs (and entropy) [b, R] of the responses of one micro-batch, computed on its trimmed window."""
+        ids, mask, positions, keep_resp = self._window(micro)
+        width = micro["responses"].shape[1]
+        logits = self.model(
+            input_ids=ids,
+            attention_mask=mask,
+            position_ids=positions,
+            use_cache=False,
+            logits_to_keep=keep_resp + 1,
+        ).logits[
+            :, :-1
+        ]  # position t predicts token t + 1: the last R' + 1 positions predict the R' responses
+        targets = micro["responses"][:, :keep_resp]
+        real = mask[:, -keep_resp:].to(logits.dtype)  # 0 on the padding of rows shorter than the longest
+        log_probs = _pad_right(token_log_probs(logits, targets, temperature) * real, width)
+        entropy = _pad_right(entropy_from_logits(logits, temperature) * real, width) if with_entropy else None
+        return log_probs, entropy
+
+    def log_probs(self, batch: Batch, *, temperature: float, with_entropy: bool = False) -> Batch:
+        """Per-token log-probs (key `log_probs`) and optionally full-vocabulary entropy (`entropy`), [B, R]."""
+
+        def forward(micro: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+            log_probs, entropy = self._forward(micro, temperature, with_entropy)
+            return {"log_probs": log_probs} | ({"entropy": entropy} if entropy is not None else {})
+
+        return self._inference(batch, forward)
+
+    def train_step(
+        self, batch: Batch, loss_cfg: LossConfig, *, temperature: float, entropy_coef: float = 0.0
+    ) -> dict[str, float]:
+        """One PPO-clip update (see `FSDPEngine._update`); the entropy term only when entropy_coef is non-zero."""
+        need_entropy = entropy_coef != 0.0  # the full-vocabulary entropy costs a pass over the logits
+
+        def micro_loss(micro: dict[str, torch.Tensor], num_tokens: float, num_seqs: float):
+            log_probs, entropy = self._forward(micro, temperature, need_entropy)
+            return policy_loss(
+                log_probs,
+                micro["old_log_probs"],
+                micro["advantages"],
+                micro["response_mask"],
+                loss_cfg,
+                entropy=entropy,
+                entropy_coef=entropy_coef,
+                ref_log_probs=micro.get("ref_log_probs"),
+                num_tokens=num_tokens,
+                num_seqs=num_seqs,
+            )
+
+        return self._update(batch.tensors, micro_loss)
+
+
+class FSDPCriticEngine(FSDPEngine):
+    """The critic of PPO with GAE: the policy's architecture with a scalar value head (token classification)."""
+
+    def __init__(
+        self, model_path: str | Path, settings: TrainSettings, *, cliprange_value: float, device: str = "cpu"
+    ):
+        super().__init__(load_value_model(model_path, dtype=DTYPES[settings.dtype]).to(device), settings)
+        self.cliprange_value = cliprange_value
+
+    def _forward(self, micro: dict[str, torch.Tensor]) -> torch.Tensor:
+        """Values [b, R]: V_t is read where the policy's logits for response token t are (the state before it)."""
+        ids, mask, positions, keep_resp = self._window(micro)
+        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
+        values = out.logits[:, -keep_resp - 1 : -1, 0].float()
+        return _pad_right(values * mask[:, -keep_resp:].to(values.dtype), micro["responses"].shape[1])
+
+    def values(self, batch: Batch) -> Batch:
+        """The critic's values (key `values`) of every response token, [B, R]."""
+        return self._inference(batch, lambda micro: {"values": self._forward(micro)})
+
+    def train_step(self, batch: Batch) -> dict[str, float]:
+        """One clipped value-regression update towards `returns` (see `FSDPEngine._update`)."""
+
+        def micro_loss(micro: dict[str, torch.Tensor], num_tokens: float, num_seqs: float):
+            return value_loss(
+                self._forward(micro),
+                micro["values"],
+                micro["returns"],
+                micro["response_mask"],
+                cliprange=self.cliprange_value,
+                num_tokens=num_tokens,
+            )
+
+        return self._update(batch.tensors, micro_loss)
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

@@ -1,4 +1,4 @@
-"""Load a tokenizer and causal LM from a local folder or hub id, the same way everywhere in or1."""
+"""Load a tokenizer, causal LM or value model from a local folder or hub id, the same way everywhere in or1."""
 
 from __future__ import annotations
 
@@ -7,7 +7,9 @@ from pathlib import Path
 
 import torch
 from transformers import (
+    AutoConfig,
     AutoModelForCausalLM,
+    AutoModelForTokenClassification,
     AutoTokenizer,
     PreTrainedModel,
     PreTrainedTokenizerBase,
@@ -51,4 +53,20 @@ def load_causal_lm(path: str | Path, dtype: torch.dtype = torch.float32) -> PreT
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     except OSError as err:
         raise UserError(f"Cannot load a model from {path}: {err}") from None
+    return model.eval()
+
+
+def load_value_model(path: str | Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
+    """A critic: the model's transformer with a one-output token head (new when `path` is a causal LM), no dropout.
+
+    From a causal LM folder the LM head is dropped and the value head initialised from the global torch RNG, so seed
+    it identically on every rank; from a folder a critic saved, everything loads as saved.
+    """
+    try:
+        config = AutoConfig.from_pretrained(str(path))
+        config.num_labels, config.classifier_dropout = 1, 0.0
+        model = AutoModelForTokenClassification.from_pretrained(str(path), config=config, dtype=dtype)
+    except OSError as err:
+        raise UserError(f"Cannot load a value model from {path}: {err}") from None
+    model.config.architectures = [type(model).__name__]  # what a saved critic folder says it is
     return model.eval()

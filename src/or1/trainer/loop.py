@@ -1,7 +1,7 @@
 """The controller's training loop: one stage of GRPO / MAGIC, reading like the step in DESIGN.md.
 
-The controller holds no weights: it moves Batches between the actor/rollout worker group and the reward worker
-group, and keeps the small state of the algorithm (step, data position, entropy controller, prompt statistics),
+The controller holds no weights: it moves Batches between the actor/rollout worker group, the critic (GAE only) and
+the reward worker group, and keeps the small state of the algorithm (step, data position, entropy controller, prompt statistics),
 which goes into every checkpoint with the workers' model, optimizer and RNG states.
 """
 
@@ -33,6 +33,7 @@ from or1.workers.reward import REWARD_COLUMNS
 
 LOG_PROB_COLUMNS = ("input_ids", "attention_mask", "responses", "response_mask")
 UPDATE_COLUMNS = (*LOG_PROB_COLUMNS, "old_log_probs", "advantages")
+CRITIC_COLUMNS = (*LOG_PROB_COLUMNS, "values", "returns")
 
 
 @dataclass
@@ -48,6 +49,7 @@ class Trainer:
     logger: MetricsLogger
     prompt_stats: PromptStats = field(default_factory=PromptStats)
     validation: list[ValidationSet] = field(default_factory=list)  # data.validation.sets, encoded
+    critic: WorkerGroup | None = None  # CriticWorker colocated with the actor; only for the gae advantage
     step: int = 0  # steps of this stage completed
 
 
@@ -70,13 +72,19 @@ def train(t: Trainer) -> None:
         if algo.kl.enabled:
             with timer("ref_log_prob"):
                 batch = batch.union(t.actor.compute_ref_log_prob(batch.only(LOG_PROB_COLUMNS)))
+        if t.critic is not None:
+            with timer("values"):
+                batch = batch.union(t.critic.compute_values(batch.only(LOG_PROB_COLUMNS)))
         batch = add_advantages(batch, algo)
         alpha = t.entropy.step(sampled_entropy(batch))
         with timer("update"):
             update = t.actor.update_actor(batch.only(_update_columns(cfg)), entropy_coef=alpha)[0]
-        _finish_step(
-            t, step, step_metrics(sampled, rejection, batch, update, t.entropy.metrics(), timer.metrics())
-        )
+        critic = {}
+        if t.critic is not None:
+            with timer("critic_update"):
+                critic = t.critic.update_critic(batch.only(CRITIC_COLUMNS))[0]
+        metrics = step_metrics(sampled, rejection, batch, update, t.entropy.metrics(), timer.metrics())
+        _finish_step(t, step, {**metrics, **{f"critic/{k}": v for k, v in critic.items()}})
 
 
 def sample_round(t: Trainer, step: int, round_: int, timer: PhaseTimer) -> Batch:
@@ -124,6 +132,8 @@ def save(t: Trainer) -> Path:
     """Workers write model / optimizer / RNG into a .tmp folder, then the controller commits it atomically."""
     folder = t.checkpoints.begin(t.step)
     t.actor.save_checkpoint(str(folder))
+    if t.critic is not None:
+        t.critic.save_checkpoint(str(folder))
     return t.checkpoints.commit(folder, t.step, controller_state(t))
 
 
@@ -132,7 +142,7 @@ def controller_state(t: Trainer) -> dict[str, Any]:
         "step": t.step,
         "loader": t.loader.state_dict(),
         "entropy": t.entropy.state_dict(),
-        "prompt_stats": {"attempts": dict(t.prompt_stats.attempts), "solved": dict(t.prompt_stats.solved)},
+        "prompt_stats": t.prompt_stats.state_dict(),
         "rng": ckpt.controller_rng_state(),
     }
 
@@ -141,10 +151,11 @@ def restore(t: Trainer, folder: Path) -> None:
     """Load a checkpoint into the workers and the controller; the metrics file is cut back to its step."""
     state = ckpt.load_controller_state(folder)
     t.actor.load_checkpoint(str(folder))
+    if t.critic is not None:
+        t.critic.load_checkpoint(str(folder))
     t.step = int(state["step"])
     t.loader.load_state_dict(state["loader"])
     t.entropy.load_state_dict(state["entropy"])
-    t.prompt_stats.attempts = dict(state["prompt_stats"]["attempts"])
-    t.prompt_stats.solved = dict(state["prompt_stats"]["solved"])
+    t.prompt_stats.load_state_dict(state["prompt_stats"])
     ckpt.restore_controller_rng(state["rng"])
     t.logger.truncate_after(t.step)

@@ -1,8 +1,9 @@
 """`or1 train`: resolve a stage, check it can run here, start the worker groups, resume, train, export.
 
 Run directory layout (DESIGN.md): <run_dir>/stage<N>/{config.yaml, metrics.jsonl, tensorboard/, checkpoints/,
-prompt_stats.parquet, final/}. Stage N > 1 starts from <run_dir>/stage<N-1>/final and drops the prompts that stage
-always solved (algorithm.online_filter).
+prompt_stats.parquet, final/, summary.json} (+ final_critic/ under GAE). Stage N > 1 starts from
+<run_dir>/stage<N-1>/final (and its final_critic) and drops the prompts that earlier stages always solved
+(algorithm.online_filter).
 """
 
 from __future__ import annotations
@@ -25,11 +26,14 @@ from or1.trainer.checkpoint import CheckpointManager
 from or1.trainer.data import PromptLoader, prompt_key, read_prompt_rows
 from or1.trainer.loop import Trainer, restore, train
 from or1.trainer.metrics import MetricsLogger
+from or1.trainer.summary import stage_summary, summary_lines, write_summary
 from or1.trainer.validation import load_validation_sets
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
+from or1.workers.critic import CriticWorker
 from or1.workers.reward import RewardWorker
 
 FINAL_DIR = "final"
+FINAL_CRITIC_DIR = "final_critic"
 
 
 def run_train(
@@ -53,10 +57,12 @@ def run_train(
         shutil.rmtree(stage_dir)  # a fresh start: old checkpoints and metrics would mix with the new run
     stage_dir.mkdir(parents=True, exist_ok=True)
     (stage_dir / "config.yaml").write_text(dump(cfg))
+    critic_path = critic_start(cfg, run_dir, model_path) if cfg.uses_critic else None
     with ray_session(ray_address, num_cpus=max(os.cpu_count() or 1, cfg.world_size + 1)):
-        actor, rewards = start_workers(cfg, model_path)
+        actor, critic, rewards = start_workers(cfg, model_path, critic_path)
         try:
-            trainer = build_trainer(cfg, stage_dir, model_path, actor, rewards, console)
+            keep, dropped = filtered_prompts(cfg, stage_dir, console)
+            trainer = build_trainer(cfg, stage_dir, model_path, keep, actor, critic, rewards, console)
             trainer.checkpoints.sweep_partial()
             latest = trainer.checkpoints.latest() if resume == "auto" else None
             if latest is not None:
@@ -67,9 +73,26 @@ def run_train(
             trainer.prompt_stats.save(stage_dir / PROMPT_STATS_FILE)
             final = stage_dir / FINAL_DIR
             actor.export_model(str(final))
+            if critic is not None:
+                critic.export_model(str(stage_dir / FINAL_CRITIC_DIR))
         finally:
             actor.shutdown()
             rewards.shutdown()
+    facts = {
+        "recipe": cfg.recipe,
+        "stage": cfg.stage.index,
+        "start_model": model_path,
+        "start_critic": critic_path,
+        "final_model": str(final),
+        "final_critic": str(stage_dir / FINAL_CRITIC_DIR) if critic_path else None,
+        "train_prompts": len(trainer.loader),
+        "too_long_prompts": trainer.loader.too_long,
+        "online_filter_dropped": dropped,
+    }
+    summary = stage_summary(stage_dir, facts, trainer.prompt_stats)
+    write_summary(stage_dir, summary)
+    for line in summary_lines(summary):
+        console.print(line, highlight=False, soft_wrap=True)
     console.print(f"stage {cfg.stage.index} done: final model in {final}")
     return final
 
@@ -116,10 +139,6 @@ def check_runnable(cfg: RunConfig, run_dir: Path) -> str:
         raise UserError(
             "the GPU training path (NCCL, vLLM, offload) is not built yet; use trainer.device=cpu"
         )
-    if cfg.algorithm.advantage == "gae":
-        raise UserError(
-            "algorithm.advantage=gae needs the critic worker, which is not built yet; use grpo or rloo"
-        )
     if cfg.trainer.steps is None:
         raise UserError(
             f"stage {cfg.stage.name} of {cfg.recipe} has no step count; pass --set trainer.steps=N"
@@ -146,8 +165,23 @@ def check_runnable(cfg: RunConfig, run_dir: Path) -> str:
     return cfg.model.path
 
 
-def start_workers(cfg: RunConfig, model_path: str) -> tuple[WorkerGroup, WorkerGroup]:
-    """The actor/rollout(/ref) group on nnodes x devices_per_node ranks, and one reward rank beside it."""
+def critic_start(cfg: RunConfig, run_dir: Path, model_path: str) -> str:
+    """The critic's start folder: stage N-1's final critic, else critic.model_path, else the stage's start policy."""
+    if cfg.stage.index > 1:
+        previous = run_dir / f"stage{cfg.stage.index - 1}" / FINAL_CRITIC_DIR
+        if (previous / "config.json").is_file():
+            return str(previous)
+    path = cfg.critic.model_path or model_path
+    if not Path(path).is_dir():
+        raise UserError(f"critic.model_path: {path} is not a model folder (relative to {Path.cwd()})")
+    return path
+
+
+def start_workers(
+    cfg: RunConfig, model_path: str, critic_path: str | None = None
+) -> tuple[WorkerGroup, WorkerGroup | None, WorkerGroup]:
+    """The actor/rollout(/ref) group on nnodes x devices_per_node ranks with the critic (GAE) colocated in the same
+    processes, and one reward rank beside them."""
     threads = cfg.trainer.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.world_size)
     pool = ResourcePool(cfg.trainer.nnodes, cfg.trainer.devices_per_node, use_gpu=False)
     env = {"OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
@@ -157,8 +191,13 @@ def start_workers(cfg: RunConfig, model_path: str) -> tuple[WorkerGroup, WorkerG
             {"config": cfg, "model_path": model_path, "threads": threads},
         )
     }
-    actor = colocate(pool, roles, name="actor", env=env)["actor_rollout"]
+    if critic_path is not None:
+        roles["critic"] = (CriticWorker, {"config": cfg, "model_path": critic_path, "threads": threads})
+    groups = colocate(pool, roles, name="actor", env=env)
+    actor, critic = groups["actor_rollout"], groups.get("critic")
     actor.init_model()
+    if critic is not None:
+        critic.init_model()
     rewards = WorkerGroup(
         ResourcePool(1, 1, use_gpu=False),
         RewardWorker,
@@ -166,19 +205,21 @@ def start_workers(cfg: RunConfig, model_path: str) -> tuple[WorkerGroup, WorkerG
         name="reward",
         env={"OMP_NUM_THREADS": "1"},
     )
-    return actor, rewards
+    return actor, critic, rewards
 
 
 def build_trainer(
     cfg: RunConfig,
     stage_dir: Path,
     model_path: str,
+    keep: set[str] | None,
     actor: WorkerGroup,
+    critic: WorkerGroup | None,
     rewards: WorkerGroup,
     console: Console,
 ) -> Trainer:
+    """The stage's trainer over the prompts in `keep` (None: every prompt of data.train_files)."""
     tokenizer = load_tokenizer(model_path)
-    keep = filtered_prompts(cfg, stage_dir, console)
     loader = PromptLoader(
         cfg.data.train_files,
         tokenizer,
@@ -193,6 +234,7 @@ def build_trainer(
     return Trainer(
         cfg=cfg,
         actor=actor,
+        critic=critic,
         rewards=rewards,
         loader=loader,
         entropy=AdaptiveEntropyController.from_config(cfg.algorithm.entropy),
@@ -202,18 +244,25 @@ def build_trainer(
     )
 
 
-def filtered_prompts(cfg: RunConfig, stage_dir: Path, console: Console) -> set[str] | None:
-    """Prompt keys kept after online filtering: a prompt solved every time in any earlier stage stays dropped."""
+def filtered_prompts(
+    cfg: RunConfig, stage_dir: Path, console: Console
+) -> tuple[set[str] | None, dict[str, int]]:
+    """Prompt keys kept after online filtering (None: no filter) and the count each earlier stage dropped.
+
+    A prompt solved every time in any earlier stage stays dropped.
+    """
     if cfg.stage.index == 1 or not cfg.algorithm.online_filter:
-        return None
+        return None, {}
+    dropped = {}
     kept = [prompt_key(row) for f in cfg.data.train_files for row in read_prompt_rows(f)]
     total = len(kept)
     for earlier in range(1, cfg.stage.index):
         stats = PromptStats.load(stage_dir.parent / f"stage{earlier}" / PROMPT_STATS_FILE)
         kept, report = online_filter(kept, stats, cfg.algorithm.online_filter_threshold)
+        dropped[f"stage{earlier}"] = report.dropped
         console.print(
             f"online filter: dropped {report.dropped} prompts solved every time in stage {earlier} "
             f"(threshold {report.threshold:g})"
         )
     console.print(f"online filter: {len(kept)} of {total} prompts left for stage {cfg.stage.index}")
-    return set(kept)
+    return set(kept), dropped
