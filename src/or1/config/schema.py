@@ -188,6 +188,9 @@ class TrainerConfig(Section):
         default_factory=lambda: ["jsonl", "tensorboard"]
     )
     threads_per_worker: int | None = Field(None, ge=1, description="torch threads per worker process (CPU).")
+    max_restarts: int = Field(
+        2, ge=0, description="Restarts of the workers from the latest checkpoint after a worker process dies."
+    )
 
 
 class StageInfo(Section):

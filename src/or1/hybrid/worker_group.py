@@ -25,11 +25,11 @@ Roles = Mapping[str, tuple[type[Worker], dict[str, Any]]]
 
 
 class WorkerError(RuntimeError):
-    """A worker failed (raised, or its process died); names the group, rank and method."""
+    """A worker failed (raised, or its process died: `died`); names the group, rank and method."""
 
-    def __init__(self, group: str, rank: int, method: str, detail: str) -> None:
+    def __init__(self, group: str, rank: int, method: str, detail: str, *, died: bool = False) -> None:
         super().__init__(f"worker group {group!r} rank {rank} failed in {method}(): {detail}")
-        self.group, self.rank, self.method, self.detail = group, rank, method, detail
+        self.group, self.rank, self.method, self.detail, self.died = group, rank, method, detail, died
 
 
 class RankActor:
@@ -88,7 +88,8 @@ def wait_all(group: str, method: str, refs: list[ray.ObjectRef], timeout_s: floa
         except RayTaskError as e:
             raise WorkerError(group, rank, method, _last_line(str(e))) from e
         except RayActorError as e:
-            raise WorkerError(group, rank, method, f"its actor process died ({type(e).__name__})") from e
+            detail = f"its actor process died ({type(e).__name__})"
+            raise WorkerError(group, rank, method, detail, died=True) from e
     return [results[r] for r in range(len(refs))]
 
 

@@ -20,7 +20,7 @@ from or1.algos.online_filter import PROMPT_STATS_FILE, PromptStats, online_filte
 from or1.config.loading import dump, load_recipe, resolve, stage_names
 from or1.config.schema import RunConfig
 from or1.errors import UserError
-from or1.hybrid import ResourcePool, WorkerGroup, colocate, ray_session
+from or1.hybrid import ResourcePool, WorkerError, WorkerGroup, colocate, ray_session
 from or1.models.loading import load_tokenizer
 from or1.trainer.checkpoint import CheckpointManager
 from or1.trainer.data import PromptLoader, prompt_key, read_prompt_rows
@@ -46,7 +46,7 @@ def run_train(
     console: Console | None = None,
 ) -> Path:
     """Train one stage of a recipe; returns the stage's exported final model folder."""
-    console = console or Console()
+    console = console or Console(soft_wrap=True)  # paths and counts stay on one line, also in logs
     cfg = resolve(recipe, stage, overrides or [])
     if resume not in ("auto", "never"):
         raise UserError(f"--resume {resume}: expected auto or never")
@@ -58,26 +58,27 @@ def run_train(
     stage_dir.mkdir(parents=True, exist_ok=True)
     (stage_dir / "config.yaml").write_text(dump(cfg))
     critic_path = critic_start(cfg, run_dir, model_path) if cfg.uses_critic else None
-    with ray_session(ray_address, num_cpus=max(os.cpu_count() or 1, cfg.world_size + 1)):
-        actor, critic, rewards = start_workers(cfg, model_path, critic_path)
+    for attempt in range(cfg.trainer.max_restarts + 1):
         try:
-            keep, dropped = filtered_prompts(cfg, stage_dir, console)
-            trainer = build_trainer(cfg, stage_dir, model_path, keep, actor, critic, rewards, console)
-            trainer.checkpoints.sweep_partial()
-            latest = trainer.checkpoints.latest() if resume == "auto" else None
-            if latest is not None:
-                console.print(f"resuming stage {cfg.stage.index} from {latest}")
-                restore(trainer, latest)
-            train(trainer)
-            trainer.logger.close()
-            trainer.prompt_stats.save(stage_dir / PROMPT_STATS_FILE)
-            final = stage_dir / FINAL_DIR
-            actor.export_model(str(final))
-            if critic is not None:
-                critic.export_model(str(stage_dir / FINAL_CRITIC_DIR))
-        finally:
-            actor.shutdown()
-            rewards.shutdown()
+            trainer, dropped = train_in_session(
+                cfg,
+                stage_dir,
+                model_path,
+                critic_path,
+                resume if attempt == 0 else "auto",
+                ray_address,
+                console,
+            )
+            break
+        except WorkerError as err:
+            # a process died (a native crash, the OOM killer): the committed checkpoints are intact
+            if not err.died or attempt == cfg.trainer.max_restarts:
+                raise
+            console.print(
+                f"[yellow]{err}; restarting the workers from the latest checkpoint "
+                f"(restart {attempt + 1} of at most {cfg.trainer.max_restarts})[/yellow]"
+            )
+    final = stage_dir / FINAL_DIR
     facts = {
         "recipe": cfg.recipe,
         "stage": cfg.stage.index,
@@ -92,9 +93,43 @@ def run_train(
     summary = stage_summary(stage_dir, facts, trainer.prompt_stats)
     write_summary(stage_dir, summary)
     for line in summary_lines(summary):
-        console.print(line, highlight=False, soft_wrap=True)
+        console.print(line, highlight=False)
     console.print(f"stage {cfg.stage.index} done: final model in {final}")
     return final
+
+
+def train_in_session(
+    cfg: RunConfig,
+    stage_dir: Path,
+    model_path: str,
+    critic_path: str | None,
+    resume: str,
+    ray_address: str | None,
+    console: Console,
+) -> tuple[Trainer, dict[str, int]]:
+    """Start Ray and the workers, resume (auto) or start fresh, train the stage to its end and export it."""
+    with ray_session(ray_address, num_cpus=max(os.cpu_count() or 1, cfg.world_size + 1)):
+        actor, critic, rewards = start_workers(cfg, model_path, critic_path)
+        try:
+            keep, dropped = filtered_prompts(cfg, stage_dir, console)
+            trainer = build_trainer(cfg, stage_dir, model_path, keep, actor, critic, rewards, console)
+            trainer.checkpoints.sweep_partial()
+            latest = trainer.checkpoints.latest() if resume == "auto" else None
+            if latest is not None:
+                console.print(f"resuming stage {cfg.stage.index} from {latest}")
+                restore(trainer, latest)
+            else:
+                trainer.logger.truncate_after(-1)  # steps an earlier attempt logged before any checkpoint
+            train(trainer)
+            trainer.logger.close()
+            trainer.prompt_stats.save(stage_dir / PROMPT_STATS_FILE)
+            actor.export_model(str(stage_dir / FINAL_DIR))
+            if critic is not None:
+                critic.export_model(str(stage_dir / FINAL_CRITIC_DIR))
+        finally:
+            actor.shutdown()
+            rewards.shutdown()
+    return trainer, dropped
 
 
 def run_all_stages(
@@ -106,7 +141,7 @@ def run_all_stages(
     console: Console | None = None,
 ) -> Path:
     """`--stage all`: run the recipe's stages in order, skipping (with resume auto) those already finished."""
-    console = console or Console()
+    console = console or Console(soft_wrap=True)  # paths and counts stay on one line, also in logs
     _, raw = load_recipe(recipe)
     final = None
     for index in range(1, len(stage_names(raw)) + 1):
