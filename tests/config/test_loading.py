@@ -39,10 +39,13 @@ def test_stage_overrides_merge_over_shared_settings(tmp_path):
 
 def test_set_overrides_parse_yaml_values(tmp_path):
     config = resolve(
-        write(tmp_path, BASE), 2, ["rollout.temperature=0.6", "algorithm.entropy.max_coef=0.005"]
+        write(tmp_path, BASE),
+        2,
+        ["rollout.temperature=0.6", "algorithm.entropy.max_coef=0.005", "critic.lr=5e-5"],
     )
     assert config.rollout.temperature == 0.6
     assert config.algorithm.entropy.max_coef == 0.005
+    assert config.critic.lr == 5e-5  # every section of RunConfig can be set, the critic's too
 
 
 @pytest.mark.parametrize(
@@ -52,6 +55,7 @@ def test_set_overrides_parse_yaml_values(tmp_path):
         (BASE.replace("batch_size: 4,", "batch_size: four,"), 1, [], "recipe.yaml: trainer.batch_size: "),
         (BASE, 1, ["actor.lr=fast"], "--set actor.lr: "),
         (BASE, 1, ["actor.learning_rate=1"], "--set actor.learning_rate: unknown key"),
+        (BASE, 1, ["critc.lr=1"], "the key must start with one of model, data, rollout, actor, critic,"),
         (BASE, 3, [], "stage 3 is out of range"),
         (BASE.replace("model: {path: some/model}", "modle: {path: x}"), 1, [], "modle: unknown key"),
         (BASE.replace("model: {path: some/model}", "model: {}"), 1, [], "model.path: missing required key"),

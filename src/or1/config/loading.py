@@ -1,7 +1,7 @@
 """Load a recipe YAML, resolve one stage, apply `--set` overrides, and report mistakes as one clear line.
 
-Recipe layout: top-level sections shared by every stage (model, data, rollout, actor, algorithm, reward, trainer)
-plus `stages:`, an ordered list whose entries have a `name`, an optional `steps` and any section overrides.
+Recipe layout: top-level sections shared by every stage (model, data, rollout, actor, critic, algorithm, reward,
+trainer) plus `stages:`, an ordered list whose entries have a `name`, an optional `steps` and any section overrides.
 """
 
 from __future__ import annotations
@@ -16,7 +16,8 @@ from pydantic import ValidationError
 from or1.config.schema import RunConfig
 from or1.errors import UserError
 
-SECTIONS = ("model", "data", "rollout", "actor", "algorithm", "reward", "trainer")
+# The config sections a recipe, a stage or `--set` may write: every RunConfig field but the derived recipe / stage.
+SECTIONS = tuple(name for name in RunConfig.model_fields if name not in ("recipe", "stage"))
 RECIPE_KEYS = {"name", "description", "stages", *SECTIONS}
 STAGE_KEYS = {"name", "steps", *SECTIONS}
 RECIPES_DIR = Path(__file__).resolve().parents[3] / "stages"
