@@ -16,6 +16,7 @@ is cut to its own longest row before the forward pass, so compute is paid only f
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -46,6 +47,12 @@ from or1.models.loading import load_causal_lm, load_value_model
 
 if TYPE_CHECKING:
     from or1.config.schema import ActorConfig, CriticConfig, RunConfig
+
+# The token-classification head's output trips FSDP2's warning about in-place ops on view outputs; the critic only
+# slices its logits out of place.
+warnings.filterwarnings(
+    "ignore", message=r"FSDP2-wrapped module \(FSDP\w+ForTokenClassification\) returned a view"
+)
 
 # micro-batch tensors -> outputs [b, R] by name (an inference pass)
 MicroForward = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]

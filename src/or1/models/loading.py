@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import torch
@@ -62,11 +63,16 @@ def load_value_model(path: str | Path, dtype: torch.dtype = torch.float32) -> Pr
     From a causal LM folder the LM head is dropped and the value head initialised from the global torch RNG, so seed
     it identically on every rank; from a folder a critic saved, everything loads as saved.
     """
+    report = logging.getLogger("transformers.modeling_utils")  # its load report lists the new head as MISSING
+    level = report.level
     try:
         config = AutoConfig.from_pretrained(str(path))
         config.num_labels, config.classifier_dropout = 1, 0.0
+        report.setLevel(logging.ERROR)
         model = AutoModelForTokenClassification.from_pretrained(str(path), config=config, dtype=dtype)
     except OSError as err:
         raise UserError(f"Cannot load a value model from {path}: {err}") from None
+    finally:
+        report.setLevel(level)
     model.config.architectures = [type(model).__name__]  # what a saved critic folder says it is
     return model.eval()
