@@ -155,6 +155,9 @@ def describe_error(
     """One line naming where the first problem came from (file and key path, or the --set flag) and what it is."""
     first = err.errors()[0]
     loc = tuple(str(p) for p in first["loc"])
+    if not loc:  # a check across sections (RunConfig's validator): its message names the keys
+        flags = " with --set " + ", ".join(".".join(p) for p in set_paths) if set_paths else ""
+        return f"{path}{flags}: {first['msg'].removeprefix('Value error, ')}"
     dotted = ".".join(loc) or "(top level)"
     if any(loc[: len(p)] == p or p[: len(loc)] == loc for p in set_paths):
         source = f"--set {dotted}"

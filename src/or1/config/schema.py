@@ -218,7 +218,12 @@ class RunConfig(Section):
     trainer: TrainerConfig = Field(default_factory=TrainerConfig)
 
     @model_validator(mode="after")
-    def _check_batch_shapes(self) -> RunConfig:
+    def _check_consistency(self) -> RunConfig:
+        if self.rollout.n == 1 and (self.algorithm.advantage != "gae" or self.algorithm.rejection_sampling):
+            raise ValueError(
+                "rollout.n is 1: a group of one response has no reward variance, so GRPO / RLOO advantages are 0 "
+                "and rejection sampling drops every group; use n >= 2, or advantage gae with rejection_sampling false"
+            )
         if self.actor.ppo_mini_batch_size > self.trainer.batch_size:
             raise ValueError(
                 f"actor.ppo_mini_batch_size ({self.actor.ppo_mini_batch_size}) exceeds "
