@@ -9,8 +9,8 @@ shards of equal size (DP_COMPUTE dispatch guarantees that, and the engine pads t
 Batch layout (tensors, first dim = sequences): `input_ids` / `attention_mask` [B, P + R] with left-padded prompts
 and right-padded responses, `responses` / `response_mask` [B, R] (the last R columns of input_ids; response_mask
 is the loss mask), plus `old_log_probs`, `advantages` (and `ref_log_probs`) [B, R] for the policy's update and
-`values`, `returns` [B, R] for the critic's. Each micro-batch
-is cut to its own longest row before the forward pass, so compute is paid only for real tokens of kept rows.
+`values`, `returns` [B, R] for the critic's. Each micro-batch is cut to its own longest row before the forward
+pass, so compute is paid only for real tokens of kept rows.
 """
 
 from __future__ import annotations
@@ -82,9 +82,8 @@ class TrainSettings:
     def from_config(cls, cfg: RunConfig, section: ActorConfig | CriticConfig | None = None) -> TrainSettings:
         """Settings of the actor (default) or of the optimiser section given (cfg.critic)."""
         actor = section if section is not None else cfg.actor
-        mini_batch = (
-            actor.ppo_mini_batch_size or cfg.actor.ppo_mini_batch_size
-        )  # the critic's None: the actor's
+        # the critic's None means the actor's mini-batch size
+        mini_batch = actor.ppo_mini_batch_size or cfg.actor.ppo_mini_batch_size
         dtype = "float32" if cfg.trainer.device == "cpu" else cfg.model.dtype  # CPU kernels want float32
         return cls(
             dtype=dtype,
@@ -188,9 +187,8 @@ class FSDPEngine:
                     loss, metrics = micro_loss(
                         _take(mini_tensors, micro_rows), tokens / self.world_size, seqs / self.world_size
                     )
-                    real = (
-                        micro_rows.stop > micro_rows.start
-                    )  # a padding micro-batch must not move the weights
+                    # a padding micro-batch (empty rows) keeps the collectives aligned but must not move the weights
+                    real = micro_rows.stop > micro_rows.start
                     (loss * (1.0 if real else 0.0)).backward()
                     if real:
                         for key, value in _weighted(metrics).items():

@@ -1,8 +1,8 @@
 """The controller's training loop: one stage of GRPO / MAGIC, reading like the step in DESIGN.md.
 
 The controller holds no weights: it moves Batches between the actor/rollout worker group, the critic (GAE only) and
-the reward worker group, and keeps the small state of the algorithm (step, data position, entropy controller, prompt statistics),
-which goes into every checkpoint with the workers' model, optimizer and RNG states.
+the reward worker group, and keeps the small state of the algorithm (step, data position, entropy controller,
+prompt statistics), which goes into every checkpoint with the workers' model, optimizer and RNG states.
 """
 
 from __future__ import annotations
