@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import yaml
 from rich.console import Console
 from safetensors.torch import load_file
 
@@ -66,3 +67,5 @@ def test_gae_trains_a_critic_resumes_it_and_hands_it_to_the_next_stage(
     assert summary["start_critic"] == str(straight / "stage1" / FINAL_CRITIC_DIR)
     assert summary["start_model"] == str(straight / "stage1" / "final")
     assert summary["final_critic"] == str(straight / "stage2" / FINAL_CRITIC_DIR)
+    recorded = yaml.safe_load((straight / "stage2" / "config.yaml").read_text())
+    assert recorded["model"]["path"] == summary["start_model"]  # the stage's config names what it loaded

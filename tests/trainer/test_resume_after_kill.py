@@ -1,10 +1,14 @@
 """Kill a training run with SIGKILL while it writes a checkpoint, resume with --resume auto, and end exactly where
-an uninterrupted run of the same steps ends (weights and every non-timing metric)."""
+an uninterrupted run of the same steps ends (weights and every non-timing metric): in stage 1, and in stage 2,
+which starts from stage 1's final model and online-filtered prompts and must leave stage 1's files alone."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
+import shutil
 import signal
 import subprocess
 import sys
@@ -12,15 +16,17 @@ import time
 from pathlib import Path
 
 import pytest
+import yaml
 from safetensors.torch import load_file
 
 from or1.trainer.checkpoint import CheckpointManager
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 STEPS = 4
+ENV = {**os.environ, "COLUMNS": "1000"}  # rich wraps console lines at 80 columns off a terminal
 
 
-def command(run_dir: Path, model_dir: Path, data_dir: Path, resume: str) -> list[str]:
+def command(run_dir: Path, model_dir: Path, data_dir: Path, resume: str, stage: str = "1") -> list[str]:
     overrides = [
         f"model.path={model_dir}",
         f"data.train_files=[{data_dir / 'train.parquet'}]",
@@ -36,19 +42,23 @@ def command(run_dir: Path, model_dir: Path, data_dir: Path, resume: str) -> list
     ]
     code = (
         "import sys; from pathlib import Path; from or1.trainer.run import run_train; "
-        "run_train(sys.argv[1], '1', Path(sys.argv[2]), sys.argv[4:], sys.argv[3], None)"
+        "run_train(sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[5:], sys.argv[4], None)"
     )
-    return [sys.executable, "-c", code, RECIPE, str(run_dir), resume, *overrides]
+    return [sys.executable, "-c", code, RECIPE, stage, str(run_dir), resume, *overrides]
 
 
-def run(cmd: list[str]) -> None:
-    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+def run(cmd: list[str]) -> str:
+    """Run to completion; its console output."""
+    done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=ENV)
     assert done.returncode == 0, done.stderr[-3000:]
+    return done.stdout
 
 
 def kill_while_writing(cmd: list[str], checkpoints: Path, step: int) -> None:
     """Start the run and SIGKILL its whole process group as soon as step_<step>.tmp appears."""
-    proc = subprocess.Popen(cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=ENV
+    )
     deadline = time.monotonic() + 600
     try:
         while not (checkpoints / f"step_{step}.tmp").exists():
@@ -60,11 +70,39 @@ def kill_while_writing(cmd: list[str], checkpoints: Path, step: int) -> None:
         proc.wait()
 
 
-def metrics(run_dir: Path) -> list[dict]:
-    lines = (run_dir / "stage1" / "metrics.jsonl").read_text().splitlines()
+def metrics(run_dir: Path, stage: str = "1") -> list[dict]:
+    lines = (run_dir / f"stage{stage}" / "metrics.jsonl").read_text().splitlines()
     return [
         {k: v for k, v in json.loads(line).items() if not k.startswith(("time/", "perf/"))} for line in lines
     ]
+
+
+def weights(model_dir: Path) -> dict:
+    return load_file(model_dir / "model.safetensors")
+
+
+def assert_same_weights(a: dict, b: dict) -> None:
+    assert a.keys() == b.keys()
+    for name in a:
+        assert (a[name] == b[name]).all(), name
+
+
+def max_abs_diff(a: dict, b: dict) -> float:
+    assert a.keys() == b.keys()
+    return max(float((a[name] - b[name]).abs().max()) for name in a)
+
+
+def digest(folder: Path) -> dict[str, str]:
+    """sha256 of every file under folder, by relative path."""
+    return {
+        str(p.relative_to(folder)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(folder.rglob("*"))
+        if p.is_file()
+    }
+
+
+def filter_report(stdout: str) -> list[str]:
+    return re.findall(r"^online filter: .*$", stdout, flags=re.MULTILINE)
 
 
 @pytest.mark.slow
@@ -86,9 +124,51 @@ def test_killed_during_checkpoint_then_resumed_equals_uninterrupted(
     assert [m["step"] for m in metrics(killed)] == list(
         range(0, STEPS + 1)
     )  # step 0: validation before training
-    a = load_file(straight / "stage1" / "final" / "model.safetensors")
-    b = load_file(killed / "stage1" / "final" / "model.safetensors")
-    assert a.keys() == b.keys()
-    for name in a:
-        assert (a[name] == b[name]).all(), name
+    assert_same_weights(weights(straight / "stage1" / "final"), weights(killed / "stage1" / "final"))
     assert not (manager.root / "step_3.tmp").exists()  # swept on resume
+
+
+# Not slow: 70-90 s on 2 cores (plus the session's tiny model, which the default suite builds anyway).
+def test_stage2_killed_then_resumed_equals_uninterrupted_stage2(
+    tmp_path: Path, tiny_model_dir: Path, tiny_data_dir: Path
+) -> None:
+    source = tmp_path / "source"
+    run(command(source, tiny_model_dir, tiny_data_dir, "never"))
+    stage1 = digest(source / "stage1")
+    straight, killed = tmp_path / "straight", tmp_path / "killed"
+    for run_dir in (straight, killed):  # both stage-2 runs start from the same stage-1 final and prompt stats
+        shutil.copytree(source / "stage1", run_dir / "stage1")
+
+    straight_out = run(command(straight, tiny_model_dir, tiny_data_dir, "never", "2"))
+    kill_while_writing(
+        command(killed, tiny_model_dir, tiny_data_dir, "never", "2"), killed / "stage2" / "checkpoints", 3
+    )
+    manager = CheckpointManager(killed / "stage2", keep=5)
+    assert manager.latest() == manager.root / "step_2"
+    resumed_out = run(command(killed, tiny_model_dir, tiny_data_dir, "auto", "2"))
+
+    assert f"resuming stage 2 from {manager.root / 'step_2'}" in resumed_out
+    assert metrics(killed, "2") == metrics(straight, "2")
+    assert [m["step"] for m in metrics(killed, "2")] == list(range(0, STEPS + 1))
+    assert_same_weights(weights(straight / "stage2" / "final"), weights(killed / "stage2" / "final"))
+    assert not (manager.root / "step_3.tmp").exists()
+
+    # Both runs filtered the prompts alike, from stage 1's prompt_stats.parquet, and say they started from stage 1's
+    # final; stage 2 reads stage 1's files and writes nothing there.
+    report = filter_report(straight_out)
+    assert report and report == filter_report(resumed_out)
+    dropped = re.fullmatch(r"online filter: dropped (\d+) prompts solved every time in stage 1 .*", report[0])
+    assert dropped
+    for run_dir in (straight, killed):
+        summary = json.loads((run_dir / "stage2" / "summary.json").read_text())
+        assert summary["start_model"] == str(run_dir / "stage1" / "final")
+        assert summary["online_filter_dropped"] == {"stage1": int(dropped[1])}
+        assert summary["steps"] == STEPS
+        assert digest(run_dir / "stage1") == stage1
+
+    # Stage 2 started from stage 1's final model, not from model.path (the base, still in the overrides): one fresh
+    # AdamW step moves each weight by at most lr, so its first checkpoint lies within lr of its starting weights.
+    lr = yaml.safe_load((straight / "stage2" / "config.yaml").read_text())["actor"]["lr"]
+    first = weights(straight / "stage2" / "checkpoints" / "step_1" / "model")
+    assert max_abs_diff(first, weights(source / "stage1" / "final")) <= 1.01 * lr
+    assert max_abs_diff(first, weights(tiny_model_dir)) > 1.01 * lr
