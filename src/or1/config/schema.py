@@ -106,7 +106,7 @@ class CriticConfig(OptimConfig):
 
     model_path: str | None = Field(
         None,
-        description="Critic's start model; None: the stage's start policy (stage N > 1: stage N-1's final critic).",
+        description="Start critic (None: the start policy); a stage after one with a critic starts from its final.",
     )
     lr: float = Field(1e-5, gt=0, description="AdamW learning rate, constant.")
     ppo_mini_batch_size: int | None = Field(

@@ -53,9 +53,8 @@ def run_train(
     run_dir = Path(run_dir) if run_dir is not None else Path("runs") / cfg.recipe
     stage_dir = run_dir / f"stage{cfg.stage.index}"
     model_path = check_runnable(cfg, run_dir)
-    cfg.model.path = (
-        model_path  # what this stage really starts from (stage N > 1: stage N-1's final), as recorded
-    )
+    # config.yaml records what this stage really starts from (stage N > 1: stage N-1's final)
+    cfg.model.path = model_path
     if resume == "never" and stage_dir.exists():
         shutil.rmtree(stage_dir)  # a fresh start: old checkpoints and metrics would mix with the new run
     stage_dir.mkdir(parents=True, exist_ok=True)

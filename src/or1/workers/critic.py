@@ -36,15 +36,17 @@ class CriticWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self) -> dict[str, Any]:
         """Load the value model; a new value head is drawn from the same seed on every rank."""
-        torch.manual_seed(self.cfg.trainer.seed)
         settings = TrainSettings.from_config(self.cfg, self.cfg.critic)
-        self.engine = FSDPCriticEngine(
-            self.model_path,
-            settings,
-            cliprange_value=self.cfg.critic.cliprange_value,
-            device=str(self.device),
-        )
-        torch.manual_seed(self.cfg.trainer.seed + self.rank)
+        with torch.random.fork_rng(
+            devices=[]
+        ):  # leaves the rank's own RNG stream (seeded by the actor) alone
+            torch.manual_seed(self.cfg.trainer.seed)
+            self.engine = FSDPCriticEngine(
+                self.model_path,
+                settings,
+                cliprange_value=self.cfg.critic.cliprange_value,
+                device=str(self.device),
+            )
         return {"rank": self.rank, "parameters": sum(p.numel() for p in self.engine.model.parameters())}
 
     @register(Dispatch.DP_COMPUTE)
