@@ -11,6 +11,7 @@ from or1.config.loading import resolve
 from or1.hybrid import ResourcePool, WorkerError, WorkerGroup, colocate, ray_session
 from or1.models.loading import load_tokenizer
 from or1.trainer.data import PromptLoader
+from or1.trainer.validation import load_validation_sets, validate
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 from or1.workers.reward import REWARD_COLUMNS, RewardWorker
 
@@ -113,3 +114,21 @@ def test_a_failing_worker_names_group_rank_and_method(
             actor.init_model()
     finally:
         actor.shutdown()
+
+
+def test_validation_draws_the_same_samples_every_time(
+    groups, tiny_model_dir: Path, tiny_data_dir: Path
+) -> None:
+    _, actor, reward, _ = groups
+    val = {
+        "data.validation.sets": f"[{tiny_data_dir / 'validation.parquet'}]",
+        "data.validation.max_problems": "8",
+        "data.validation.n": "3",
+    }
+    cfg = config(tiny_model_dir, tiny_data_dir, **val)
+    sets = load_validation_sets(cfg, load_tokenizer(tiny_model_dir))
+    first = validate(sets, actor, reward, cfg)
+    assert set(first) == {f"val/validation/t1/{k}" for k in ("avg@3", "truncated_frac", "length_mean")}
+    assert 0 < first["val/validation/t1/length_mean"] <= MAX_RESPONSE
+    # the same seeds at every step and stage (common random numbers): an unchanged model scores the same
+    assert validate(sets, actor, reward, cfg) == first

@@ -57,7 +57,7 @@ def train(t: Trainer) -> None:
     """Run the stage from t.step to trainer.steps, checkpointing every save_every steps and at the end."""
     cfg, algo = t.cfg, t.cfg.algorithm
     if t.validation and t.step == 0:  # the starting point of the stage's validation curve
-        t.logger.log(0, validate(t.validation, t.actor, t.rewards, cfg, 0))
+        t.logger.log(0, validate(t.validation, t.actor, t.rewards, cfg))
     while t.step < cfg.trainer.steps:
         step, timer = t.step + 1, PhaseTimer()
         batch = sampled = sample_round(t, step, 0, timer)
@@ -117,7 +117,7 @@ def _finish_step(t: Trainer, step: int, metrics: dict[str, float]) -> None:
     """Advance, validate and checkpoint on schedule (the last step always does both), log."""
     t.step = step
     if t.validation and is_due(t.cfg, step):
-        metrics = {**metrics, **validate(t.validation, t.actor, t.rewards, t.cfg, step)}
+        metrics = {**metrics, **validate(t.validation, t.actor, t.rewards, t.cfg)}
     t.logger.log(step, metrics)
     if step % t.cfg.trainer.save_every == 0 or step == t.cfg.trainer.steps:
         save(t)

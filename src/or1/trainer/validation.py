@@ -52,19 +52,20 @@ def load_validation_sets(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> 
 
 
 def validate(
-    sets: list[ValidationSet], actor: WorkerGroup, rewards: WorkerGroup, cfg: RunConfig, step: int
+    sets: list[ValidationSet], actor: WorkerGroup, rewards: WorkerGroup, cfg: RunConfig
 ) -> dict[str, float]:
     """avg@n, truncation and mean length of every set at every configured temperature."""
     val = cfg.data.validation
     metrics: dict[str, float] = {}
     for vset in sets:
         for temperature in val.temperatures:
+            # No step in the meta: every validation samples with the same seeds (common random numbers), so the
+            # difference between two validations is the models', not the dice's.
             prompts = Batch(
                 vset.prompts.tensors,
                 vset.prompts.non_tensor,
                 {
-                    "step": step,
-                    "seed": cfg.trainer.seed + 7919,  # fixed across steps: the same draws each time
+                    "seed": cfg.trainer.seed + 7919,
                     "sampling": {"n": val.n, "temperature": temperature, "top_p": val.top_p},
                 },
             )
