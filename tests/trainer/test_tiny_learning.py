@@ -16,29 +16,13 @@ from pathlib import Path
 
 import pytest
 
-from or1.data.synthetic import math_validation_rows, write_tiny_dataset
-from or1.engines.hf_rollout import HFRolloutEngine
+from or1.data.synthetic import write_tiny_dataset
 from or1.models.init import init_tiny_model
-from or1.models.loading import load_causal_lm, load_tokenizer
-from or1.models.solve_rate import measure_solve_rate
+from or1.models.solve_rate import validation_solve_rate
 from or1.trainer.run import run_train
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 BASE_SFT_STEPS = 400  # the `or1 init-model` default (300 steps: 23% solved, 450: 61%, 600: 64%)
-
-
-def validation_rate(model_dir: Path) -> float:
-    model, tokenizer = load_causal_lm(model_dir), load_tokenizer(model_dir)
-    rate = measure_solve_rate(
-        HFRolloutEngine(model, tokenizer),
-        tokenizer,
-        math_validation_rows(),
-        samples=5,
-        temperature=1.0,
-        max_new_tokens=96,
-        seed=1234,
-    )
-    return rate.overall
 
 
 @pytest.mark.slow
@@ -47,14 +31,14 @@ def test_tiny_stage1_improves_validation_by_8_points(tmp_path: Path) -> None:
     base = tmp_path / "tiny" / "model"
     init_tiny_model(base, seed=0, sft_steps=BASE_SFT_STEPS, eval_samples=1)
     data = write_tiny_dataset(tmp_path / "tiny" / "data", seed=0)
-    before = validation_rate(base)
+    before = validation_solve_rate(base).overall
     overrides = [
         f"model.path={base}",
         f"data.train_files=[{data.train}]",
         f"data.validation.sets=[{data.validation}]",
     ]
     final = run_train(RECIPE, "1", tmp_path / "run", overrides, "never", None)
-    after = validation_rate(final)
+    after = validation_solve_rate(final).overall
     assert after - before >= 0.08, f"validation {before:.1%} -> {after:.1%}"
     records = [json.loads(line) for line in (final.parent / "metrics.jsonl").read_text().splitlines()]
     rewards = [r["reward/mean"] for r in records if "reward/mean" in r]  # step-0 validation has no rollout

@@ -27,11 +27,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from or1.data.synthetic import math_validation_rows, write_tiny_dataset
-from or1.engines.hf_rollout import HFRolloutEngine
+from or1.data.synthetic import write_tiny_dataset
 from or1.models.init import init_tiny_model
-from or1.models.loading import load_causal_lm, load_tokenizer
-from or1.models.solve_rate import measure_solve_rate
+from or1.models.solve_rate import validation_solve_rate
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 BASE_SFT_STEPS = 400  # the `or1 init-model` default
@@ -68,20 +66,6 @@ def distance(a: Path, b: Path) -> float:
 
 def dropped_prompts(stdout: str) -> list[int]:
     return [int(n) for n in re.findall(r"^online filter: dropped (\d+) prompts", stdout, flags=re.MULTILINE)]
-
-
-def validation_rate(model_dir: Path) -> float:
-    model, tokenizer = load_causal_lm(model_dir), load_tokenizer(model_dir)
-    rate = measure_solve_rate(
-        HFRolloutEngine(model, tokenizer),
-        tokenizer,
-        math_validation_rows(),
-        samples=5,
-        temperature=1.0,
-        max_new_tokens=96,
-        seed=1234,
-    )
-    return rate.overall
 
 
 @pytest.mark.slow
@@ -140,7 +124,7 @@ def test_tiny_stages_back_to_back(tmp_path: Path) -> None:
 
     # Validation after stage 3 beats the base: in training and measured here.
     final_val = validation(logs[3][-1])
-    before, after = validation_rate(base), validation_rate(finals[3])
+    before, after = validation_solve_rate(base).overall, validation_solve_rate(finals[3]).overall
     print(f"in-training avg@5 {base_val:.1%} -> {final_val:.1%}; measured {before:.1%} -> {after:.1%}")
     assert final_val - base_val >= 0.05
     assert after - before >= 0.05

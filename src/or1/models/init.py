@@ -21,10 +21,9 @@ from transformers.utils import logging as hf_logging
 
 from or1.data.synthetic import math_validation_rows
 from or1.data.synthetic_math import problem_stream
-from or1.engines.hf_rollout import HFRolloutEngine
 from or1.errors import UserError
-from or1.models.loading import OR1_TINY_MARKER, load_causal_lm, load_tokenizer
-from or1.models.solve_rate import SolveRate, measure_solve_rate
+from or1.models.loading import OR1_TINY_MARKER
+from or1.models.solve_rate import SolveRate, validation_solve_rate
 from or1.models.tiny import TinyModelSpec, build_tiny_model, count_parameters
 from or1.models.tokenizer import train_tokenizer
 from or1.models.warmstart import SFTConfig, SFTReport, prompt_ids, warm_start
@@ -99,16 +98,7 @@ def init_tiny_model(
         out.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(out)
         tokenizer.save_pretrained(out, save_jinja_files=False)  # chat template inside tokenizer_config.json
-        model, tokenizer = load_causal_lm(out), load_tokenizer(out)
-        rows = math_validation_rows()
-        rate = measure_solve_rate(
-            HFRolloutEngine(model, tokenizer),
-            tokenizer,
-            rows,
-            samples=eval_samples,
-            max_new_tokens=eval_max_new_tokens,
-            seed=seed,
-        )
+        rate = validation_solve_rate(out, samples=eval_samples, max_new_tokens=eval_max_new_tokens, seed=seed)
         report = InitReport(
             out_dir=str(out),
             seed=seed,
@@ -117,7 +107,9 @@ def init_tiny_model(
             sft=sft,
             solve_rate=rate,
             gold_lengths=gold_length_stats(tokenizer, seed),
-            prompt_length_max=max(len(prompt_ids(tokenizer, list(r["prompt"]))) for r in rows),
+            prompt_length_max=max(
+                len(prompt_ids(tokenizer, list(r["prompt"]))) for r in math_validation_rows()
+            ),
             seconds=time.perf_counter() - start,
             cpu_seconds=time.process_time() - cpu_start,
             threads=threads,

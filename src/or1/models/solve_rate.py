@@ -8,11 +8,14 @@ from __future__ import annotations
 import time
 from collections import defaultdict
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
+from or1.data.synthetic import math_validation_rows
 from or1.engines.hf_rollout import HFRolloutEngine, SamplingParams
+from or1.models.loading import load_causal_lm, load_tokenizer
 from or1.models.warmstart import prompt_ids
 from or1.rewards.math import verify_math
 
@@ -63,4 +66,25 @@ def measure_solve_rate(
         samples_per_problem=samples,
         truncated=sum(out.truncated) / len(out.truncated),
         seconds=time.perf_counter() - start,
+    )
+
+
+def validation_solve_rate(
+    model_dir: str | Path,
+    *,
+    samples: int = 5,
+    temperature: float = 1.0,
+    max_new_tokens: int = 96,
+    seed: int = 1234,
+) -> SolveRate:
+    """The solve rate of a saved model on the tiny world's fixed 200-problem validation split."""
+    model, tokenizer = load_causal_lm(model_dir), load_tokenizer(model_dir)
+    return measure_solve_rate(
+        HFRolloutEngine(model, tokenizer),
+        tokenizer,
+        math_validation_rows(),
+        samples=samples,
+        temperature=temperature,
+        max_new_tokens=max_new_tokens,
+        seed=seed,
     )
