@@ -36,6 +36,15 @@ FINAL_DIR = "final"
 FINAL_CRITIC_DIR = "final_critic"
 
 
+def run_directory(cfg: RunConfig, run_dir: Path | str | None) -> Path:
+    """The run directory: the one given, else runs/<recipe name>."""
+    return Path(run_dir) if run_dir is not None else Path("runs") / cfg.recipe
+
+
+def stage_directory(run_dir: Path, index: int) -> Path:
+    return run_dir / f"stage{index}"
+
+
 def run_train(
     recipe: str,
     stage: str,
@@ -50,8 +59,8 @@ def run_train(
     cfg = resolve(recipe, stage, overrides or [])
     if resume not in ("auto", "never"):
         raise UserError(f"--resume {resume}: expected auto or never")
-    run_dir = Path(run_dir) if run_dir is not None else Path("runs") / cfg.recipe
-    stage_dir = run_dir / f"stage{cfg.stage.index}"
+    run_dir = run_directory(cfg, run_dir)
+    stage_dir = stage_directory(run_dir, cfg.stage.index)
     model_path = check_runnable(cfg, run_dir)
     # config.yaml records what this stage really starts from (stage N > 1: stage N-1's final)
     cfg.model.path = model_path
@@ -149,7 +158,7 @@ def run_all_stages(
     final = None
     for index in range(1, len(stage_names(raw)) + 1):
         cfg = resolve(recipe, index, overrides or [])
-        stage_final = (Path(run_dir) if run_dir else Path("runs") / cfg.recipe) / f"stage{index}" / FINAL_DIR
+        stage_final = stage_directory(run_directory(cfg, run_dir), index) / FINAL_DIR
         if resume == "auto" and (stage_final / "config.json").is_file():
             console.print(f"stage {index} already finished: {stage_final}")
             final = stage_final
@@ -188,7 +197,7 @@ def check_runnable(cfg: RunConfig, run_dir: Path) -> str:
                 "(or1 prepare-data --preset tiny for the tiny recipe) or fix the path"
             )
     if cfg.stage.index > 1:
-        previous = run_dir / f"stage{cfg.stage.index - 1}" / FINAL_DIR
+        previous = stage_directory(run_dir, cfg.stage.index - 1) / FINAL_DIR
         if not (previous / "config.json").is_file():
             raise UserError(
                 f"stage {cfg.stage.index} starts from stage {cfg.stage.index - 1}'s final model, but "
@@ -206,7 +215,7 @@ def check_runnable(cfg: RunConfig, run_dir: Path) -> str:
 def critic_start(cfg: RunConfig, run_dir: Path, model_path: str) -> str:
     """The critic's start folder: stage N-1's final critic, else critic.model_path, else the stage's start policy."""
     if cfg.stage.index > 1:
-        previous = run_dir / f"stage{cfg.stage.index - 1}" / FINAL_CRITIC_DIR
+        previous = stage_directory(run_dir, cfg.stage.index - 1) / FINAL_CRITIC_DIR
         if (previous / "config.json").is_file():
             return str(previous)
     path = cfg.critic.model_path or model_path
@@ -295,7 +304,7 @@ def filtered_prompts(
     kept = [prompt_key(row) for f in cfg.data.train_files for row in read_prompt_rows(f)]
     total = len(kept)
     for earlier in range(1, cfg.stage.index):
-        stats = PromptStats.load(stage_dir.parent / f"stage{earlier}" / PROMPT_STATS_FILE)
+        stats = PromptStats.load(stage_directory(stage_dir.parent, earlier) / PROMPT_STATS_FILE)
         kept, report = online_filter(kept, stats, cfg.algorithm.online_filter_threshold)
         dropped[f"stage{earlier}"] = report.dropped
         console.print(
