@@ -1,4 +1,4 @@
-"""The or1 row (../shared/docs/DATA.md): build one, check one, and read or write a parquet file of them.
+"""The or1 row (data/README.md): build one, check one, and read or write a parquet file of them.
 
 Every data source, the synthetic tiny world included, ends as rows of this shape, so training, filtering and
 evaluation read one format.
@@ -97,13 +97,10 @@ def write_rows(path: str | Path, rows: list[dict[str, Any]]) -> Path:
 
 
 def read_rows(path: str | Path) -> list[dict[str, Any]]:
-    """Read a parquet file of or1 rows, checking each one; a missing file or a bad row is a UserError."""
-    path = Path(path)
-    if not path.is_file():
-        raise UserError(
-            f"Data file {path} does not exist; write it first (or1 prepare-data) or fix the path."
-        )
-    rows = pq.read_table(path).to_pylist()
+    """Read a parquet, jsonl or json file of or1 rows, checking each; a missing file or a bad row is a UserError."""
+    from or1.data.records import read_records
+
+    rows = read_records(path)
     for i, row in enumerate(rows):
         validate_row(row, where=f"{path} row {i}")
     return rows

@@ -12,14 +12,12 @@ window already), so for it the filter is skipped and the summary says so.
 from __future__ import annotations
 
 import hashlib
-import json
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
 
-import pyarrow.parquet as pq
-
+from or1.data import records
 from or1.errors import UserError
 from or1.eval.converters import record_date, to_or1_row
 
@@ -142,29 +140,7 @@ def file_sha256(path: Path) -> str:
 
 def read_records(path: Path) -> list[dict[str, Any]]:
     """Records of a .parquet, .jsonl or .json (a list, or an object holding one list) file."""
-    if not path.is_file():
-        raise UserError(
-            f"Benchmark file {path} does not exist; fix --data or drop it to use the default source."
-        )
-    try:
-        if path.suffix == ".parquet":
-            return pq.read_table(path).to_pylist()
-        if path.suffix == ".jsonl":
-            return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        if path.suffix == ".json":
-            loaded = json.loads(path.read_text())
-            if (
-                isinstance(loaded, dict)
-                and len(loaded) == 1
-                and isinstance(next(iter(loaded.values())), list)
-            ):
-                loaded = next(iter(loaded.values()))
-            if isinstance(loaded, list):
-                return loaded
-            raise UserError(f"{path} must hold a JSON list of records.")
-    except (ValueError, OSError) as err:
-        raise UserError(f"Cannot read benchmark file {path}: {err}") from None
-    raise UserError(f"Benchmark file {path} must be .parquet, .jsonl or .json.")
+    return records.read_records(path, what="Benchmark file")
 
 
 def _convert(name: str, ability: str, records: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:

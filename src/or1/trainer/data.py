@@ -17,28 +17,14 @@ from typing import Any
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
-from or1.data.schema import read_rows, validate_row
+from or1.data.schema import read_rows
 from or1.errors import UserError
 from or1.hybrid.batch import Batch
 
 
 def read_prompt_rows(path: str | Path) -> list[dict[str, Any]]:
-    """or1 rows from a .parquet or .jsonl file (checked against the row schema)."""
-    path = Path(path)
-    if path.suffix == ".parquet":
-        return read_rows(path)
-    if path.suffix in (".jsonl", ".json"):
-        if not path.is_file():
-            raise UserError(
-                f"Data file {path} does not exist; write it first (or1 prepare-data) or fix the path."
-            )
-        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        for i, row in enumerate(rows):
-            validate_row(row, where=f"{path} line {i + 1}")
-        return rows
-    raise UserError(
-        f"{path}: training files must be .parquet or .jsonl or1 rows (prepare hub datasets first)"
-    )
+    """or1 rows from a .parquet, .jsonl or .json file (checked against the row schema)."""
+    return read_rows(path)
 
 
 def prompt_key(row: dict[str, Any]) -> str:
