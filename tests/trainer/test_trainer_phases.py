@@ -69,3 +69,19 @@ def test_grpo_advantages_broadcast_over_response_tokens() -> None:
     expected = torch.tensor([1.5, -0.5, -0.5, -0.5])[:, None] * mask
     torch.testing.assert_close(out.tensors["advantages"], expected, atol=1e-5, rtol=1e-5)
     assert sampled_entropy(out) == pytest.approx(0.5)
+
+
+def test_mask_truncation_keeps_the_truncated_score_in_the_group_statistics() -> None:
+    # Adv-Mask-After (Skywork-OR1 paper, section on truncated responses): one group, scores 1, 1 (truncated), 0, 0.
+    # The truncated score still enters the statistics: mean 0.5, sample std sqrt(1/3) = 0.57735, so
+    # A = +-0.5 / (0.57735 + 1e-6) = +-0.866024 (verl's GRPO: torch.std and eps 1e-6); the truncated row then
+    # gets no advantage because its tokens are out of the loss mask.
+    batch = scored_batch([1, 1, 0, 0], [False, True, False, False], ["a"] * 4)
+    out = add_advantages(truncation_policy(batch, AlgorithmConfig(truncated="mask")), AlgorithmConfig())
+    a = 0.5 / ((1 / 3) ** 0.5 + 1e-6)
+    mask = batch.tensors["response_mask"].float()
+    mask[1] = 0.0
+    expected = torch.tensor([a, a, -a, -a])[:, None] * mask
+    torch.testing.assert_close(out.tensors["advantages"], expected, atol=1e-6, rtol=1e-6)
+    # Were the truncated score counted as 0 (the bug), the group would be 1, 0, 0, 0: A = 1.5, -0.5, -0.5, -0.5.
+    assert out.tensors["advantages"][0, 0].item() == pytest.approx(0.866024, abs=1e-5)

@@ -7,6 +7,7 @@ phase is tested on hand-made batches.
 from __future__ import annotations
 
 import numpy as np
+import torch
 
 from or1.algos.advantages import AdvantageInputs, AdvantageParams, compute_advantages, scores_to_token_rewards
 from or1.algos.entropy_control import entropy_estimate
@@ -39,10 +40,26 @@ def rejection_sample(batch: Batch, algorithm: AlgorithmConfig, multiple: int) ->
     return batch.select(keep), stats
 
 
+def sampled_mask(batch: Batch) -> torch.Tensor:
+    """[B, T] 1 on every generated token, also of rows the truncation policy took out of the loss mask.
+
+    Responses are right-padded, so a row's tokens are its first `response_length` positions.
+    """
+    width = batch.tensors["response_mask"].shape[1]
+    lengths = batch.tensors["response_length"].to(torch.long)
+    positions = torch.arange(width, device=lengths.device)
+    return (positions[None, :] < lengths[:, None]).to(batch.tensors["response_mask"].dtype)
+
+
 def add_advantages(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
-    """Per-token `advantages` (and `returns`) from the estimator the config names (GRPO by default)."""
+    """Per-token `advantages` (and `returns`) from the estimator the config names (GRPO by default).
+
+    The score sits on the last generated token of every row, masked or not, so a response that `truncated: mask`
+    removed from the loss still counts in its group's mean and std (the paper's Adv-Mask-After); the advantages
+    are then spread over the loss mask only, which gives that response none.
+    """
     mask = batch.tensors["response_mask"]
-    token_rewards = scores_to_token_rewards(batch.tensors["rewards"], mask)
+    token_rewards = scores_to_token_rewards(batch.tensors["rewards"], sampled_mask(batch))
     kl = algorithm.kl
     if (
         kl.enabled and kl.in_reward
