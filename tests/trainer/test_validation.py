@@ -43,3 +43,13 @@ def test_progress_line_shows_validation():
     assert progress_line(0, 5, {"val/v/t1/avg@5": 0.25}) == "step 0/5 validation: v/t1/avg@5 25.0%"
     line = progress_line(1, 5, {"skipped": 1.0, "reward/mean": 1.0, "batch/sampled": 8})
     assert line.startswith("step 1/5 skipped")
+
+
+def test_validation_budget_defaults_to_the_largest_stage_budget():
+    # tiny's stages sample at 48 / 64 / 96 tokens: every stage validates at 96, the full length.
+    assert [resolve(RECIPE, s).data.validation.max_response_length for s in (1, 2, 3)] == [96, 96, 96]
+    assert [resolve(RECIPE, s).rollout.max_response_length for s in (1, 2, 3)] == [48, 64, 96]
+    # A --set of the rollout budget applies to every stage, so it is the largest; an explicit budget wins.
+    assert resolve(RECIPE, 1, ["rollout.max_response_length=40"]).data.validation.max_response_length == 40
+    explicit = ["data.validation.max_response_length=70"]
+    assert resolve(RECIPE, 3, explicit).data.validation.max_response_length == 70

@@ -99,12 +99,30 @@ def resolve(recipe: str, stage: str | int, overrides: list[str] | None = None) -
     set_paths = []
     for item in overrides or []:
         set_paths.append(apply_override(merged, item))
+    validation = merged["data"].setdefault("validation", {}) if isinstance(merged.get("data"), dict) else None
+    if isinstance(validation, dict) and validation.get("max_response_length") is None:
+        validation["max_response_length"] = largest_budget(raw, merged, set_paths)
     merged["recipe"] = raw.get("name", path.stem)
     merged["stage"] = {"index": index, "name": str(stages[index - 1]["name"]), "start_step": start_step}
     try:
         return RunConfig.model_validate(merged)
     except ValidationError as err:
         raise UserError(describe_error(err, path, index - 1, stages[index - 1], set_paths)) from None
+
+
+def largest_budget(raw: dict[str, Any], merged: dict[str, Any], set_paths: list[tuple[str, ...]]) -> Any:
+    """The largest rollout.max_response_length over the recipe's stages (a --set of it applies to every stage)."""
+    if any(p[:2] == ("rollout", "max_response_length")[: len(p)] for p in set_paths):
+        rollout = merged.get("rollout")
+        return rollout.get("max_response_length") if isinstance(rollout, dict) else None
+    default = RunConfig.model_fields["rollout"].default_factory().max_response_length
+    shared = raw.get("rollout") if isinstance(raw.get("rollout"), dict) else {}
+    budgets = []
+    for spec in raw["stages"]:
+        rollout = spec.get("rollout") if isinstance(spec.get("rollout"), dict) else {}
+        budgets.append(rollout.get("max_response_length", shared.get("max_response_length", default)))
+    numbers = [b for b in budgets if isinstance(b, int)]
+    return max(numbers) if len(numbers) == len(budgets) else None  # a bad value: the schema names it
 
 
 def deep_merge(base: Any, update: Any, where: str) -> Any:

@@ -40,6 +40,12 @@ class ValidationConfig(Section):
     temperatures: list[float] = Field(default_factory=lambda: [0.6, 1.0])
     top_p: float = Field(1.0, gt=0, le=1)
     max_problems: int | None = Field(None, ge=1, description="Use only the first N problems of each set.")
+    max_response_length: int | None = Field(
+        None,
+        ge=1,
+        description="Response token budget of validation samples; default the recipe's largest stage budget, so "
+        "every stage is validated at the same (full) length, as the paper evaluates every checkpoint.",
+    )
 
 
 class DataConfig(Section):

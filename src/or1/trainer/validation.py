@@ -54,8 +54,13 @@ def load_validation_sets(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> 
 def validate(
     sets: list[ValidationSet], actor: WorkerGroup, rewards: WorkerGroup, cfg: RunConfig
 ) -> dict[str, float]:
-    """avg@n, truncation and mean length of every set at every configured temperature."""
+    """avg@n, truncation and mean length of every set at every configured temperature.
+
+    Every stage samples at the same budget (data.validation.max_response_length), so a stage switch changes the
+    curve only through the policy, not through a longer or shorter response budget.
+    """
     val = cfg.data.validation
+    budget = val.max_response_length or cfg.rollout.max_response_length
     metrics: dict[str, float] = {}
     for vset in sets:
         for temperature in val.temperatures:
@@ -66,7 +71,12 @@ def validate(
                 vset.prompts.non_tensor,
                 {
                     "seed": cfg.trainer.seed + 7919,
-                    "sampling": {"n": val.n, "temperature": temperature, "top_p": val.top_p},
+                    "sampling": {
+                        "n": val.n,
+                        "temperature": temperature,
+                        "top_p": val.top_p,
+                        "max_response_length": budget,
+                    },
                 },
             )
             out = actor.generate_sequences(prompts)

@@ -79,13 +79,14 @@ class ActorRolloutRefWorker(Worker):
         seed = _mix(
             int(prompts.meta.get("seed", self.cfg.trainer.seed)), int(prompts.meta.get("step", 0)), self.rank
         )
-        override = prompts.meta.get("sampling", {})  # validation samples with its own n / temperature / top_p
+        override = prompts.meta.get("sampling", {})  # validation: its own n / temperature / top_p / budget
         n = int(override.get("n", r.n))
+        budget = int(override.get("max_response_length", r.max_response_length))
         sampling = SamplingParams(
             n=n,
             temperature=float(override.get("temperature", r.temperature)),
             top_p=float(override.get("top_p", r.top_p)),
-            max_new_tokens=r.max_response_length,
+            max_new_tokens=budget,
             stop_token_ids=[],
             seed=seed,
         )
@@ -98,7 +99,7 @@ class ActorRolloutRefWorker(Worker):
             rows,
             out.responses,
             self.cfg.data.max_prompt_length,
-            r.max_response_length,
+            budget,
             self.rollout.pad_token_id,
         )
         tensors["truncated"] = torch.tensor(out.truncated, dtype=torch.bool)
