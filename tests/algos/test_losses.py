@@ -104,10 +104,12 @@ def _toy_policy(seed: int = 0):
     return emb, weight, tokens, old, adv, mask
 
 
-@pytest.mark.parametrize("mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"])
+@pytest.mark.parametrize(
+    "mode", ["token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"]
+)
 def test_micro_batches_with_global_denominators_equal_the_full_batch(mode):
     emb, weight, tokens, old, adv, mask = _toy_policy()
-    cfg = LossConfig(clip_low=0.2, clip_high=0.28, agg_mode=mode)
+    cfg = LossConfig(clip_low=0.2, clip_high=0.28, agg_mode=mode, norm_length=8.0)
 
     def loss_of(rows, **denoms):
         logp = token_log_probs(emb[rows] @ weight.T, tokens[rows], temperature=0.7)
@@ -261,3 +263,102 @@ def test_value_loss_clips_around_the_old_values_by_hand():
     close(values.grad, torch.tensor([[(0.6 - 1.0) / 4, 1.0 / 4, -2.0 / 4, 0.0, 0.0]]))
     half, _ = value_loss(values, old, returns, mask, cliprange=0.2, num_tokens=8.0)
     assert half.item() == pytest.approx(loss.item() / 2)  # a global denominator twice the local count
+
+
+# Dual clip (verl's compute_policy_loss, clip_ratio_c = 3): for A < 0 the loss is min(max(-A r, -A clip(r)), -A c).
+#   tok  r     A    -A*r   -A*clip(r, 0.8, 1.2)  PPO loss  dual bound -A*3  dual loss
+#   0    5.0   -1   +5.0   +1.2                  +5.0      +3.0             +3.0  (dual bound active, no gradient)
+#   1    2.0   -1   +2.0   +1.2                  +2.0      +3.0             +2.0
+#   2    5.0   +1   -5.0   -1.2                  -1.2      (A > 0: unchanged) -1.2
+#   3    0.5   -2   +1.0   +1.6                  +1.6      +6.0             +1.6
+# token-mean: (3.0 + 2.0 - 1.2 + 1.6) / 4 = 1.35; without dual clip (5.0 + 2.0 - 1.2 + 1.6) / 4 = 1.85
+DUAL_R = torch.tensor([[5.0, 2.0, 5.0, 0.5]])
+DUAL_A = torch.tensor([[-1.0, -1.0, 1.0, -2.0]])
+
+
+def test_dual_clip_bounds_the_loss_of_negative_advantages_only():
+    logp = DUAL_R.log().requires_grad_()
+    loss, m = ppo_clip_loss(
+        logp, torch.zeros(1, 4), DUAL_A, torch.ones(1, 4), clip_low=0.2, clip_high=0.2, clip_ratio_c=3.0
+    )
+    close(loss, 1.35, atol=1e-6)
+    assert m["clip_frac_dual"] == pytest.approx(1 / 4)
+    loss.backward()
+    # d(-A r)/d logp = -A r: token 1 (unclipped) 2.0 / 4; tokens 0 (dual), 2 and 3 (clipped) have none
+    close(logp.grad, [[0.0, 0.5, 0.0, 0.0]])
+    plain, m_plain = ppo_clip_loss(
+        DUAL_R.log(), torch.zeros(1, 4), DUAL_A, torch.ones(1, 4), clip_low=0.2, clip_high=0.2
+    )
+    close(plain, 1.85, atol=1e-6)
+    assert "clip_frac_dual" not in m_plain
+    with pytest.raises(ValueError, match="clip_ratio_c"):
+        ppo_clip_loss(
+            logp, torch.zeros(1, 4), DUAL_A, torch.ones(1, 4), clip_low=0.2, clip_high=0.2, clip_ratio_c=1.0
+        )
+
+
+def test_seq_mean_token_sum_norm_divides_by_the_response_budget():
+    # Dr. GRPO ("Understanding R1-Zero-Like Training", verl's seq-mean-token-sum-norm with a constant divisor):
+    # per-sequence sums 10 and 10 over the budget 8, mean over the 2 sequences with loss tokens: (1.25 + 1.25) / 2
+    close(aggregate(VALUES, MASK, "seq-mean-token-sum-norm", norm_length=8.0), 1.25)
+    # without a budget the padded width (4) is the constant: (2.5 + 2.5) / 2
+    close(aggregate(VALUES, MASK, "seq-mean-token-sum-norm"), 2.5)
+    # global denominators: 4 sequences in the whole step -> 20 / 8 / 4
+    close(aggregate(VALUES, MASK, "seq-mean-token-sum-norm", num_seqs=4.0, norm_length=8.0), 20.0 / 8.0 / 4.0)
+
+
+def test_nan_at_padding_reaches_neither_loss_nor_gradient():
+    # Row 2 has loss tokens 0-1 only; positions 2-3 are padding holding NaN / inf, as a padded forward pass may give.
+    mask = torch.tensor([[1, 1, 1, 1], [1, 1, 0, 0]])
+    nan, inf = float("nan"), float("inf")
+    logp_clean = torch.tensor([[-1.0, -0.5, -0.2, -2.0], [-0.3, -1.0, 0.0, 0.0]])
+    logp_dirty = logp_clean.clone()
+    logp_dirty[1, 2:] = nan
+    old = torch.tensor([[-1.1, -0.4, -0.2, -1.9], [-0.3, -1.2, nan, inf]])
+    adv = torch.tensor([[0.5] * 4, [-1.0, -1.0, nan, nan]])
+    ref = torch.tensor([[-1.0] * 4, [-0.5, -0.5, nan, -inf]])
+    entropy = torch.tensor([[0.7] * 4, [0.9, 0.8, nan, nan]])
+    cfg = LossConfig(
+        clip_low=0.2,
+        clip_high=0.28,
+        clip_ratio_c=3.0,
+        kl_coef=0.1,
+        agg_mode="seq-mean-token-sum-norm",
+        norm_length=8.0,
+    )
+    losses, grads = [], []
+    for logp, o, a, r, h in (
+        (logp_dirty, old, adv, ref, entropy),
+        (
+            logp_clean,
+            old.nan_to_num(0.0, 0.0, 0.0),
+            adv.nan_to_num(0.0),
+            ref.nan_to_num(0.0, 0.0, 0.0),
+            entropy.nan_to_num(0.0),
+        ),
+    ):
+        logp = logp.clone().requires_grad_()
+        loss, metrics = policy_loss(logp, o, a, mask, cfg, entropy=h, entropy_coef=0.01, ref_log_probs=r)
+        loss.backward()
+        losses.append(loss.detach())
+        grads.append(logp.grad)
+        assert all(math.isfinite(v) for v in metrics.values())
+    assert torch.isfinite(losses[0]) and torch.isfinite(grads[0]).all()
+    close(losses[0], losses[1])
+    close(grads[0], grads[1])
+    assert grads[0][1, 2:].abs().sum() == 0  # padding gets no gradient
+
+
+def test_loss_config_carries_dual_clip_and_the_norm_length():
+    config = _run_config()
+    assert (
+        LossConfig.from_config(config).clip_ratio_c is None
+    )  # off by default, as in Skywork-OR1's verl fork
+    config.actor.clip_ratio_c = 3.0
+    config.actor.loss_agg_mode = "seq-mean-token-sum-norm"
+    cfg = LossConfig.from_config(config)
+    assert (cfg.clip_ratio_c, cfg.agg_mode, cfg.norm_length) == (
+        3.0,
+        "seq-mean-token-sum-norm",
+        float(config.rollout.max_response_length),
+    )

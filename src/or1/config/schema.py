@@ -98,8 +98,17 @@ class ActorConfig(OptimConfig):
     clip_ratio_high: float = Field(
         0.2, ge=0, description="PPO clip epsilon above 1 (clip-higher: 0.25-0.265)."
     )
-    loss_agg_mode: Literal["token-mean", "seq-mean-token-mean", "seq-mean-token-sum"] = Field(
-        "token-mean", description="token-mean: sum of token losses over the batch / response tokens."
+    clip_ratio_c: float | None = Field(
+        None,
+        gt=1,
+        description="Dual-clip PPO bound for negative advantages (verl's default 3.0); None: off, as Skywork-OR1.",
+    )
+    loss_agg_mode: Literal[
+        "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
+    ] = Field(
+        "token-mean",
+        description="token-mean: sum of token losses over the batch / response tokens; seq-mean-token-sum-norm "
+        "(Dr. GRPO): per-sequence sums / rollout.max_response_length, averaged over sequences.",
     )
     offload: bool = Field(
         False, description="Offload FSDP parameters and optimizer to CPU between phases (GPU)."
