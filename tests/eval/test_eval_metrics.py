@@ -51,10 +51,14 @@ def test_avg_pass1_and_pass_k_over_problems() -> None:
     metrics = compute_metrics(problems, seed=0, with_majority=False, ks=[1, 2, 4])
     est = metrics.estimates
     assert est["avg@4"].value == pytest.approx((0.75 + 0 + 0.25) / 3)
-    assert est["pass@1"].value == pytest.approx(1 / 3)  # only problem a's first sample is right
+    # pass@1 is HumanEval's unbiased estimator at k=1, c/n per problem, as DeepSeek-R1 and Skywork-OR1 report it:
+    # (3/4 + 0/4 + 1/4) / 3, the same number as avg@4
+    assert est["pass@1"].value == pytest.approx((0.75 + 0 + 0.25) / 3)
+    assert est["pass@1"].value == pytest.approx(est["avg@4"].value)
+    assert est["first@1"].value == pytest.approx(1 / 3)  # only problem a's first sample is right
     assert est["pass@2"].value == pytest.approx((1.0 + 0.0 + 0.5) / 3)  # c: 1 - C(3,2)/C(4,2)
     assert est["pass@4"].value == pytest.approx(2 / 3)
-    assert "maj@4" not in est and "pass@1(unbiased)" not in est
+    assert "maj@4" not in est
     assert [row.num_correct for row in metrics.problems] == [3, 0, 1]
 
 
@@ -121,3 +125,28 @@ def test_default_ks() -> None:
     assert default_ks(32) == [1, 2, 4, 8, 16, 32]
     assert default_ks(6) == [1, 2, 4, 6]
     assert default_ks(1) == [1]
+
+
+def test_report_states_the_metric_conventions() -> None:
+    from or1.eval.report import render_markdown
+
+    metrics = compute_metrics([problem("a", [1, 0], ["5", None])], seed=0, with_majority=True)
+    summary = {
+        "benchmark": "toy",
+        "model": {"path": "/m/toy", "sha256": None},
+        "sampling": {"protocol": "p", "temperature": 0.6, "top_p": 1.0, "max_tokens": 8, "seed": 0},
+        "engine": "hf",
+        "reasons": {"correct": 1, "no_answer": 1},
+        "data": {"source": "x", "sha256": None, "date_filter": None},
+        "environment": {"or1": "0"},
+        "started_at": "s",
+        "finished_at": "f",
+        "command": "or1 eval",
+    }
+    text = render_markdown(summary, metrics)
+    assert "| pass@1 | 50.0 |" in text and "| first@1 | 100.0 |" in text
+    assert "pass@1 = c / n = avg@n" in text
+    assert (
+        "samples without an answer do not vote" in text
+        and "tie goes to the answer that appeared first" in text
+    )

@@ -39,7 +39,7 @@ def test_aime24_on_the_tiny_model(tiny_model_dir: Path, tmp_path: Path) -> None:
     summary = json.loads((out / "summary.json").read_text())
     assert summary["data"]["sha256"] == file_sha256(data)
     assert summary["sampling"]["temperature"] == 1.0 and summary["sampling"]["max_tokens"] == 16
-    assert set(summary["metrics"]["estimates"]) == {"avg@2", "pass@1", "pass@2", "maj@2"}
+    assert set(summary["metrics"]["estimates"]) == {"avg@2", "pass@1", "pass@2", "first@1", "maj@2"}
     assert "| avg@2 |" in (out / "report.md").read_text()
 
 

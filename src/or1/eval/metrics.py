@@ -1,9 +1,11 @@
-"""Evaluation statistics over scored samples: avg@k, pass@1, unbiased pass@k, maj@k, bootstrap intervals.
+"""Evaluation statistics over scored samples: avg@n, unbiased pass@k, first@1, maj@k, bootstrap intervals.
 
 Everything here is pure (no model, no files): a `ProblemSamples` holds one problem's samples in sample-index order,
-and `compute_metrics` turns a list of them into a `Metrics` summary that report.py writes. The conventions follow
-RECIPE.md's evaluation protocol: avg@k is the mean over problems of (correct samples / k), and pass@k uses the
-unbiased estimator 1 - C(n-c, k) / C(n, k) over the n samples actually drawn.
+and `compute_metrics` turns a list of them into a `Metrics` summary that report.py writes. Conventions (those of
+DeepSeek-R1, Skywork-OR1 and HumanEval's estimator): avg@n is the mean over problems of (correct samples / n);
+pass@k is the unbiased estimator 1 - C(n-c, k) / C(n, k) over the n samples actually drawn, so pass@1 = c / n,
+the same number as avg@n; first@1 is the first sample alone (one try per problem); maj@k is majority voting
+over the first k samples (see `majority_correct` for answerless samples and ties).
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ class SampleOutcome:
 
 @dataclass(frozen=True)
 class ProblemSamples:
-    """The samples of one problem, in sample-index order (index 0 is "the first sample" of pass@1)."""
+    """The samples of one problem, in sample-index order (index 0 is "the first sample" of first@1)."""
 
     problem_id: str
     samples: Sequence[SampleOutcome]
@@ -61,7 +63,7 @@ class ProblemRow:
 
 @dataclass
 class Metrics:
-    """Headline estimates keyed by name (`avg@32`, `pass@1`, `pass@8`, `maj@32`, ...) and the per-problem table."""
+    """Headline estimates keyed by name (`avg@32`, `pass@1`, `pass@8`, `first@1`, `maj@32`, ...) and the table."""
 
     num_problems: int
     samples_per_problem: int
@@ -93,7 +95,7 @@ def avg_at_k(problem: ProblemSamples) -> float:
 
 
 def first_sample(problem: ProblemSamples) -> float:
-    """1.0 when the first sample is correct: pass@1 as "one greedy-like try"."""
+    """first@1: 1.0 when the first sample is correct (one try per problem; noisier than pass@1 = c / n)."""
     return float(problem.samples[0].correct)
 
 
@@ -152,10 +154,11 @@ def compute_metrics(
     if n == 0 or any(len(p.samples) != n for p in problems):
         raise ValueError("every problem needs the same, non-zero number of samples")
     ks = sorted(set(ks or default_ks(n)))
-    per_metric: dict[str, Callable[[ProblemSamples], float]] = {f"avg@{n}": avg_at_k, "pass@1": first_sample}
-    multi = [k for k in ks if 1 < k <= n]  # pass@1 by the estimator is c/n, i.e. avg@n: not repeated
-    for k in multi:
+    per_metric: dict[str, Callable[[ProblemSamples], float]] = {f"avg@{n}": avg_at_k}
+    for k in [k for k in ks if 1 <= k <= n]:
         per_metric[f"pass@{k}"] = lambda p, k=k: pass_at_k(n, p.num_correct, k)
+    per_metric["first@1"] = first_sample
+    multi = [k for k in ks if 1 < k <= n]
     if with_majority:
         for k in multi:
             per_metric[f"maj@{k}"] = lambda p, k=k: majority_correct(p, k)

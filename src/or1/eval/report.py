@@ -23,6 +23,14 @@ from or1.eval.samples import SampleRecord
 
 SUMMARY_FILE = "summary.json"
 REPORT_FILE = "report.md"
+# How to read the headline table; the definitions are those of or1.eval.metrics.
+METRIC_NOTES = (
+    "avg@n: correct samples / n, averaged over problems. pass@k: the unbiased estimator "
+    "1 - C(n-c, k) / C(n, k) from all n samples, so pass@1 = c / n = avg@n (as DeepSeek-R1 and Skywork-OR1 report "
+    "it). first@1: the first sample of each problem alone. maj@k: the most common extracted answer among the first "
+    "k samples, counted correct when the verifier judged a sample with that answer correct; samples without an "
+    "answer do not vote (a problem where none has one scores 0), and a tie goes to the answer that appeared first.",
+)
 
 
 def now() -> str:
@@ -81,6 +89,7 @@ def render_markdown(summary: dict[str, Any], metrics: Metrics) -> str:
     ]
     for name, est in metrics.estimates.items():
         lines.append(f"| {name} | {100 * est.value:.1f} | {100 * est.ci_low:.1f} - {100 * est.ci_high:.1f} |")
+    lines += ["", *METRIC_NOTES]
     lines += [
         "",
         f"Mean response length {metrics.mean_tokens:.1f} tokens; truncation rate {100 * metrics.truncation_rate:.1f}%.",
