@@ -1,4 +1,8 @@
-"""The shipped recipes say exactly what ../shared/docs/RECIPE.md says."""
+"""The shipped recipes say exactly what their sources say, each value next to the source it comes from.
+
+Sources: the stage tables of the Skywork-OR1 technical report (He et al., arXiv 2505.22312), and the released training
+scripts of the SkyworkAI/Skywork-OR1 repository, or1_scripts/train/{7b,32b}_{8k,16k,32k}.sh (commit 64e96af).
+"""
 
 import pytest
 
@@ -6,7 +10,7 @@ from or1.config.loading import RECIPES_DIR, load_recipe, resolve, stage_names
 
 K = 1024
 
-# (recipe, stage): (global step range, context, batch, mini-batch, group) from RECIPE.md "Stages (as released)".
+# (recipe, stage): (global step range, context, batch, mini-batch, group): the technical report's stage tables.
 RELEASED = {
     ("or1-math-7b", 1): ((0, 740), 8 * K, 256, 128, 16),
     ("or1-math-7b", 2): ((740, 1740), 16 * K, 256, 128, 16),
@@ -62,6 +66,57 @@ def test_preview_recipes(size, tp):
     assert resolve(f"or1-{size}-preview", 3).actor.sequence_parallel_size == (2 if size == "32b" else 1)
 
 
+# What every released script sets (SkyworkAI/Skywork-OR1 or1_scripts/train/*.sh, the same in all six):
+#   ENTROPY_COEFF=0.0, TGT_ENTROPY=0.2, DELTA_ENT_COEF=0.0001, MAX_ENT_COEF=0.005, MIN_ENT_COEF=0  -> algorithm.entropy
+#   MAX_PROMPT_LENGTH=2048, actor.optim.lr=1e-6, TRAIN_TEMPERATURE=1.0, N_VAL_SAMPLES=8, val_temperature=0.6,
+#   save_freq=20, test_freq=20, n_gpus_per_node=8, fsdp_config.param_offload=True
+# and the per-size tensor parallel size: TP=1 in 7b_*.sh, TP=2 in 32b_*.sh.
+SCRIPTS = {
+    "entropy": {"target": 0.2, "init_coef": 0.0, "delta": 0.0001, "max_coef": 0.005, "min_coef": 0.0},
+    "max_prompt_length": 2048,
+    "lr": 1e-6,
+    "temperature": 1.0,
+    "validation_n": 8,
+    "validation_temperature": 0.6,
+    "save_every": 20,
+    "validate_every": 20,
+    "devices_per_node": 8,
+    "offload": True,
+}
+SCRIPT_TP = {"7b": 1, "32b": 2}
+AS_RELEASED = ("or1-math-7b", "or1-7b", "or1-32b")
+
+
+@pytest.mark.parametrize("recipe", AS_RELEASED)
+def test_as_released_recipes_follow_the_released_scripts(recipe):
+    for stage in range(1, len(stage_names(load_recipe(recipe)[1])) + 1):
+        config = resolve(recipe, stage)
+        entropy = config.algorithm.entropy
+        assert {k: getattr(entropy, k) for k in SCRIPTS["entropy"]} == SCRIPTS["entropy"]
+        # the repository's code switches the bonus on the previous step's entropy estimate
+        assert entropy.mode == "adaptive" and entropy.timing == "repository"
+        validation = config.data.validation
+        assert (
+            config.data.max_prompt_length,
+            config.actor.lr,
+            config.rollout.temperature,
+            validation.n,
+            min(validation.temperatures),
+            config.trainer.save_every,
+            validation.every,
+            config.trainer.devices_per_node,
+            config.actor.offload,
+        ) == tuple(v for k, v in SCRIPTS.items() if k != "entropy")
+        assert config.rollout.tensor_parallel_size == SCRIPT_TP[recipe.rsplit("-", 1)[1]]
+
+
+@pytest.mark.parametrize("recipe", AS_RELEASED)
+def test_the_papers_entropy_control_is_one_override_away(recipe):
+    # The paper (section on adaptive entropy control): delta 0.005, no upper bound, the switch of step k uses e_k.
+    entropy = resolve(recipe, 1, ["algorithm.entropy={}"]).algorithm.entropy
+    assert (entropy.target, entropy.delta, entropy.max_coef, entropy.timing) == (0.2, 0.005, None, "paper")
+
+
 @pytest.mark.parametrize("recipe", sorted(p.stem for p in RECIPES_DIR.glob("or1-*.yaml")))
 def test_real_recipes_use_the_paper_algorithm(recipe):
     for stage in range(1, len(stage_names(load_recipe(recipe)[1])) + 1):
@@ -80,8 +135,12 @@ def test_real_recipes_use_the_paper_algorithm(recipe):
         assert (
             algo.entropy.mode == "adaptive" and algo.entropy.target == 0.2 and algo.entropy.init_coef == 0.0
         )
-        if "preview" not in recipe:
-            assert (algo.entropy.delta, algo.entropy.max_coef) == (0.005, None)  # the paper's values
+        # every recipe follows the released scripts' entropy knobs (see SCRIPTS above)
+        assert (algo.entropy.delta, algo.entropy.max_coef, algo.entropy.timing) == (
+            0.0001,
+            0.005,
+            "repository",
+        )
         validation = config.data.validation
         assert (
             validation.sets == ["aime24", "aime25"]
