@@ -151,7 +151,7 @@ def sandbox_check(
 
     if backend not in ("local", "docker"):
         raise UserError(f"unknown sandbox backend {backend!r}: use local or docker")
-    results = run_self_test(backend)
+    results = run_self_test(judge_probes, backend)
     table = Table("check", "result", "detail")
     for check in results:
         table.add_row(check.name, "[green]pass[/green]" if check.passed else "[red]FAIL[/red]", check.detail)
@@ -233,3 +233,4 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
+    from or1.rewards.code import judge_probes

@@ -111,3 +111,35 @@ def test_batch_order_is_kept_across_slots(backend: str):
     ]
     results = score_code_batch([respond(p) for p in programs], [gt] * 12, backend=backend, slots=2)
     assert [r.score for r in results] == [float(i % 2) for i in range(12)]
+
+
+def test_the_sandbox_self_test_imports_no_reward_code() -> None:
+    # Layering: the sandbox runs programs; judging their output belongs to the rewards above it.
+    import subprocess
+    import sys
+
+    code = (
+        "import sys, or1.sandbox.check, or1.sandbox.pool, or1.sandbox.probes\n"
+        "print(sorted(m for m in sys.modules if m.startswith('or1.rewards')))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
+def test_judge_probes_scores_the_sandbox_controls() -> None:
+    from or1.rewards.code import judge_probes
+    from or1.sandbox.pool import SandboxPool
+    from or1.sandbox.probes import controls
+
+    if unavailable("local"):
+        pytest.skip(f"local sandbox: {unavailable('local')}")
+    pool = SandboxPool("local", 2)
+    try:
+        probes = controls()
+        verdicts = judge_probes(pool, probes)
+    finally:
+        pool.close()
+    # the honest controls score 1, their wrong twins 0
+    assert [v.score for v in verdicts] == [p.want for p in probes]
+    assert {p.want for p in probes} == {0.0, 1.0}
+    assert all((v.reason == CORRECT) == (p.want == 1.0) for v, p in zip(verdicts, probes, strict=True))

@@ -10,6 +10,7 @@ from pathlib import Path
 import pytest
 from sandbox_backends import BACKENDS, require
 
+from or1.rewards.code import judge_probes
 from or1.sandbox.check import CheckResult, run_self_test
 from or1.sandbox.probes import controls, hostile
 
@@ -27,7 +28,7 @@ HOST_CHECKS = [
 @pytest.fixture(scope="module", params=BACKENDS)
 def self_test(request: pytest.FixtureRequest) -> dict[str, CheckResult]:
     require(request.param)
-    return {c.name: c for c in run_self_test(request.param)}
+    return {c.name: c for c in run_self_test(judge_probes, request.param)}
 
 
 @pytest.mark.parametrize("name", PROBES + HOST_CHECKS)

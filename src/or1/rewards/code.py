@@ -12,6 +12,7 @@ import ast
 import re
 import time
 from collections.abc import Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from or1.rewards.code_tests import (
     AssertCase,
@@ -36,6 +37,10 @@ from or1.rewards.result import (
 )
 from or1.sandbox.pool import Sandbox, get_pool
 from or1.sandbox.protocol import Limits, TestReply, TestRequest
+
+if TYPE_CHECKING:
+    from or1.sandbox.pool import SandboxPool
+    from or1.sandbox.probes import Probe
 
 DEFAULT_TIMEOUT = 6.0  # seconds per test, as in Skywork-OR1
 PROBLEM_BUDGET = 60.0  # seconds of test wall time per problem; a per-test timeout above it raises the budget
@@ -151,7 +156,8 @@ def score_code_batch(
 ) -> list[Result]:
     """Score each response against its code ground truth; one Result per response, in order.
 
-    `ground_truths` are JSON strings or dicts in the three forms of DATA.md; an invalid one scores 0 (bad_input).
+    `ground_truths` are JSON strings or dicts in the three forms of `or1.rewards.code_tests`; an invalid one scores
+    0 (bad_input).
     `timeout` is per test (default 6 s); `slots` sandboxes of `backend` ("local" or "docker") run problems in
     parallel; `fraction` scores the fraction of tests passed instead of all-or-nothing.
     """
@@ -160,18 +166,47 @@ def score_code_batch(
     per_test = DEFAULT_TIMEOUT if timeout is None else float(timeout)
     if per_test <= 0:
         raise ValueError(f"timeout must be > 0, got {timeout}")
-    pairs = zip(responses, ground_truths, strict=True)
-    prepared: Sequence[tuple[str, list[Case]] | Result] = [prepare_problem(r, g) for r, g in pairs]
+    prepared = [prepare_problem(r, g) for r, g in zip(responses, ground_truths, strict=True)]
+    if all(isinstance(p, Result) for p in prepared):
+        return [p for p in prepared if isinstance(p, Result)]  # nothing to run: no pool is started
+    return _run_prepared(get_pool(backend, slots), prepared, [per_test] * len(prepared), fraction)
+
+
+def score_on_pool(
+    pool: SandboxPool,
+    responses: Sequence[object],
+    ground_truths: Sequence[object],
+    timeouts: Sequence[float],
+    *,
+    fraction: bool = False,
+) -> list[Result]:
+    """Like `score_code_batch`, on a pool the caller opened, with a per-test timeout for each response."""
+    prepared = [prepare_problem(r, g) for r, g in zip(responses, ground_truths, strict=True)]
+    return _run_prepared(pool, prepared, list(timeouts), fraction)
+
+
+def judge_probes(pool: SandboxPool, probes: Sequence[Probe]) -> list[Result]:
+    """The code reward's verdict on each probe of `or1 sandbox check` (the sandbox runs them; the reward judges)."""
+    return score_on_pool(
+        pool, [p.response for p in probes], [p.ground_truth for p in probes], [p.timeout for p in probes]
+    )
+
+
+def _run_prepared(
+    pool: SandboxPool,
+    prepared: Sequence[tuple[str, list[Case]] | Result],
+    timeouts: list[float],
+    fraction: bool,
+) -> list[Result]:
+    """Run the prepared problems on `pool` (one slot each, in parallel); decided ones keep their Result."""
     results: list[Result | None] = [p if isinstance(p, Result) else None for p in prepared]
     todo = [(i, p) for i, p in enumerate(prepared) if not isinstance(p, Result)]
+
+    def job(item: tuple[str, list[Case]], per_test: float):
+        return lambda sandbox: score_program(item[0], item[1], sandbox, timeout=per_test, fraction=fraction)
+
     if todo:
-        pool = get_pool(backend, slots)
-
-        def job(item: tuple[str, list[Case]]):
-            return lambda sandbox: score_program(
-                item[0], item[1], sandbox, timeout=per_test, fraction=fraction
-            )
-
-        for (index, _), result in zip(todo, pool.map([job(p) for _, p in todo]), strict=True):
+        outcomes = pool.map([job(p, timeouts[i]) for i, p in todo])
+        for (index, _), result in zip(todo, outcomes, strict=True):
             results[index] = result
     return [r if r is not None else Result(0.0, INTERNAL_ERROR, None, "not scored") for r in results]

@@ -1,4 +1,8 @@
-"""Code ground truths: parse the three test forms of DATA.md into test cases, and compare outputs on the host.
+"""Code ground truths: parse the three test forms into test cases, and compare outputs on the host.
+
+The forms (a JSON object in `reward_model.ground_truth`, see `or1.data.schema`): stdin/stdout (`inputs`, `outputs`
+as text), call-based (the same lists plus `fn_name`; each input a JSON list of arguments) and assert-based
+(`import_prefix`, `test_code` defining `check(candidate)`, `entry_point`).
 
 For the code reward (or1.rewards.code). Everything here runs in the trusted parent process: the sandbox only
 reports what a program printed or returned, and these functions decide whether that matches.

@@ -45,7 +45,7 @@ def parse_ground_truth(ground_truth: object) -> list[str]:
         try:
             decoded = json.loads(ground_truth)
         except ValueError:
-            decoded = ground_truth  # DATA.md: a plain string that is not JSON is one answer
+            decoded = ground_truth  # a plain string that is not JSON is one answer
         items = list(decoded) if isinstance(decoded, list) else [decoded]
     elif isinstance(ground_truth, (int, float)) and not isinstance(ground_truth, bool):
         items = [ground_truth]

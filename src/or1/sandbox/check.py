@@ -1,8 +1,10 @@
 """`or1 sandbox check`: a self-test of the configured sandbox backend, run on the user's own machine.
 
-Scores the honest controls and every hostile probe of or1.sandbox.probes through the real code reward on a fresh
-pool, then checks that the host is unchanged: no test process left, no file written outside, no connection to a
-host listener, an unrelated host process still alive, and the pool still judging correctly afterwards.
+Runs the honest controls and every hostile probe of or1.sandbox.probes on a fresh pool, then checks that the host
+is unchanged: no test process left, no file written outside, no connection to a host listener, an unrelated host
+process still alive, and the pool still working afterwards. Judging a probe's output is not the sandbox's job: the
+caller passes a `Judge` (the CLI passes the code reward's `or1.rewards.code.judge_probes`), and this module imports
+nothing above the sandbox.
 """
 
 from __future__ import annotations
@@ -12,12 +14,29 @@ import socket
 import subprocess
 import tempfile
 import threading
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from or1.sandbox.pool import SandboxPool
 from or1.sandbox.probes import Probe, controls, hostile, new_secret
 from or1.sandbox.protocol import is_test_uid
+
+
+class Verdict(Protocol):
+    """What a judge says about one probe (an `or1.rewards.result.Result` is one)."""
+
+    @property
+    def score(self) -> float: ...
+    @property
+    def reason(self) -> str: ...
+    @property
+    def detail(self) -> str | None: ...
+
+
+# Runs the probes on the pool's slots and judges each; one Verdict per probe, in order.
+Judge = Callable[[SandboxPool, Sequence[Probe]], Sequence[Verdict]]
 
 
 @dataclass(frozen=True)
@@ -73,20 +92,11 @@ class _Listener:
         self.sock.close()
 
 
-def _score(pool: SandboxPool, probes: list[Probe]) -> list:
-    from or1.rewards.code import prepare_problem, score_program
+def run_self_test(judge: Judge, backend: str = "local", slots: int = 2) -> list[CheckResult]:
+    """Run every control and hostile probe on a fresh `backend` pool; one CheckResult per probe and host check.
 
-    def job(probe: Probe):
-        prepared = prepare_problem(probe.response, probe.ground_truth)
-        if not isinstance(prepared, tuple):
-            return lambda sandbox: prepared
-        return lambda sandbox: score_program(*prepared, sandbox, timeout=probe.timeout)
-
-    return pool.map([job(p) for p in probes])
-
-
-def run_self_test(backend: str = "local", slots: int = 2) -> list[CheckResult]:
-    """Run every control and hostile probe on a fresh `backend` pool; one CheckResult per probe and host check."""
+    `judge` runs the probes on the pool and scores them; a probe passes when its score is the one it wants.
+    """
     secret = new_secret()
     checks: list[CheckResult] = []
     old_env = os.environ.get("OR1_CHECK_SECRET")
@@ -104,12 +114,12 @@ def run_self_test(backend: str = "local", slots: int = 2) -> list[CheckResult]:
             )
         try:
             probes = controls() + hostile(listener.port, secret, marker)
-            for probe, result in zip(probes, _score(pool, probes), strict=True):
+            for probe, result in zip(probes, judge(pool, probes), strict=True):
                 ok = result.score == probe.want
                 checks.append(
                     CheckResult(probe.name, ok, f"score {result.score:g} ({result.reason}: {result.detail})")
                 )
-            again = _score(pool, controls()[:1])[0]
+            again = judge(pool, controls()[:1])[0]
             checks.append(
                 CheckResult("still_judges", again.score == 1.0, f"a control afterwards: {again.reason}")
             )

@@ -1,7 +1,8 @@
 """The controller-side phases of a training step: pure Batch -> Batch transforms, no workers, no weights.
 
-Each function is one line of the loop in loop.py; they are small so the loop reads like DESIGN.md's step and each
-phase is tested on hand-made batches.
+Each function is one line of the loop in loop.py; they are small so the loop reads like the training step
+(generate, score, truncation policy, rejection sampling, log-probs, advantages, update) and each phase is tested on
+hand-made batches.
 """
 
 from __future__ import annotations
