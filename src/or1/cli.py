@@ -147,6 +147,7 @@ def sandbox_check(
     ] = "local",
 ) -> None:
     """Self-test the sandbox: positive controls and hostile programs; exit 1 if any isolation check fails."""
+    from or1.rewards.code import judge_probes
     from or1.sandbox.check import run_self_test
 
     if backend not in ("local", "docker"):
@@ -233,4 +234,3 @@ def main() -> None:
 
 if __name__ == "__main__":
     main()
-    from or1.rewards.code import judge_probes
