@@ -1,0 +1,241 @@
+"""Difficulty by sampling: how many of N samples of the target model solve each problem, as a resumable Ray job.
+
+Each problem is sampled N times with or1's rollout engine and scored with or1's rewards (a truncated sample counts
+as unsolved, as in training); the count goes to `extra_info.model_difficulty[<model name>]`. Problems that already
+carry a count for that model are not sampled again. Finished problems are appended to a cache file in the output
+folder chunk by chunk, so an interrupted run resumes where it stopped.
+
+Grading runs in engine actors (`Grader`): with Ray, one actor per worker on whichever nodes the cluster offers
+(`ray.util.ActorPool`, spread across nodes); without Ray (`executor: local`), one in this process.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from or1.errors import UserError
+
+CACHE_FILE = "difficulty_cache.jsonl"
+
+
+@dataclass(frozen=True)
+class Sampling:
+    """How each problem is graded: n samples at temperature / top_p, at most max_new_tokens each."""
+
+    n: int = 8
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 1024
+    seed: int = 0
+
+
+def prompt_key(row: dict[str, Any]) -> str:
+    """A stable id of a prompt (its messages): the same key training uses for per-prompt solve counts."""
+    text = json.dumps(list(row["prompt"]), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]
+
+
+class Grader:
+    """Loads one rollout engine and counts, per problem, how many of n samples the rewards judge correct."""
+
+    def __init__(
+        self,
+        engine: str,
+        model_path: str,
+        sampling: Sampling,
+        reward_workers: int = 1,
+        micro_batch_size: int = 128,
+    ):
+        self.sampling, self.reward_workers = sampling, reward_workers
+        self.tokenizer = _tokenizer(model_path)
+        self.engine, self.params_type = _load_engine(engine, model_path, micro_batch_size)
+
+    def grade(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        """{"solved": count per row, "node": where this ran}; the chunk's seed derives from its first prompt."""
+        from or1.rewards.score import score_batch
+        from or1.trainer.data import encode_prompt
+
+        s = self.sampling
+        seed = (int(prompt_key(rows[0]), 16) + s.seed) % 2**31
+        params = self.params_type(
+            n=s.n, temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=seed
+        )
+        generations = self.engine.generate_ids(
+            [encode_prompt(self.tokenizer, r["prompt"]) for r in rows], params
+        )
+        texts = self.tokenizer.batch_decode(generations.responses, skip_special_tokens=True)
+        scored = score_batch(
+            [{**rows[i // s.n], "response": text} for i, text in enumerate(texts)],
+            workers=self.reward_workers,
+        )
+        solved = [0] * len(rows)
+        for i, (result, cut) in enumerate(zip(scored, generations.truncated, strict=True)):
+            solved[i // s.n] += int(result.correct and not cut)
+        return {"solved": solved, "node": _node_id()}
+
+
+def _node_id() -> str:
+    try:
+        import ray
+
+        if ray.is_initialized():
+            return ray.get_runtime_context().get_node_id()
+    except ImportError:
+        pass
+    return "local"
+
+
+def _tokenizer(model_path: str) -> Any:
+    try:
+        from or1.engines.loading import load_tokenizer
+    except ImportError:  # older checkouts kept the loaders in or1.models
+        from or1.models.loading import load_tokenizer
+    return load_tokenizer(model_path)
+
+
+def _load_engine(kind: str, model_path: str, micro_batch_size: int) -> tuple[Any, type]:
+    """The rollout engine for `kind` (hf or vllm) and its SamplingParams type."""
+    try:  # the common engine interface
+        from or1.engines.rollout import SamplingParams, load_rollout_engine
+    except ImportError:
+        load_rollout_engine = None
+    if load_rollout_engine is not None:
+        engine = load_rollout_engine(kind, model_path, micro_batch_size=micro_batch_size)
+        return engine, SamplingParams
+    if kind != "hf":
+        raise UserError(f"difficulty engine {kind!r} is not available in this install; use engine: hf.")
+    import torch
+
+    from or1.engines.hf_rollout import HFRolloutEngine, SamplingParams
+    from or1.models.loading import load_causal_lm
+
+    gpu = torch.cuda.is_available()
+    model = load_causal_lm(model_path, torch.bfloat16 if gpu else torch.float32)
+    engine = HFRolloutEngine(
+        model.to("cuda") if gpu else model, _tokenizer(model_path), micro_batch_size=micro_batch_size
+    )
+    return engine, SamplingParams
+
+
+def read_cache(path: Path, model: str) -> dict[str, int]:
+    """Solved counts already in the cache for `model`, by prompt key (a torn last line from a kill is skipped)."""
+    counts: dict[str, int] = {}
+    if not path.is_file():
+        return counts
+    for line in path.read_text(encoding="utf-8").splitlines():
+        try:
+            entry = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(entry, dict) and entry.get("model") == model:
+            counts[entry["key"]] = int(entry["solved"])
+    return counts
+
+
+def _append(path: Path, model: str, keys: list[str], result: dict[str, Any]) -> None:
+    with path.open("a", encoding="utf-8") as handle:
+        for key, solved in zip(keys, result["solved"], strict=True):
+            handle.write(
+                json.dumps({"key": key, "model": model, "solved": solved, "node": result["node"]}) + "\n"
+            )
+        handle.flush()
+
+
+@dataclass(frozen=True)
+class GradeRun:
+    """How a difficulty run is executed: where, with how many actors, in chunks of how many problems."""
+
+    engine: str = "hf"
+    model_path: str = ""
+    model_name: str = ""
+    executor: str = "ray"  # ray | local
+    workers: int = 1
+    chunk_size: int = 64
+    cpus_per_worker: float = 1.0
+    gpus_per_worker: float = 0.0
+    reward_workers: int = 1
+    micro_batch_size: int = 128
+    ray_address: str | None = None
+
+
+def grade_rows(
+    rows: list[dict[str, Any]],
+    sampling: Sampling,
+    run: GradeRun,
+    cache: Path,
+    advance: Callable[[int], None] = lambda n: None,
+) -> tuple[list[int], dict[str, int]]:
+    """Solved counts for `rows` (sampled, or from the cache or the rows' own model_difficulty) and where each
+    count came from ({"stored", "cached", "sampled"} -> rows)."""
+    counts: dict[str, int] = {}
+    sources = {"stored": 0, "cached": 0, "sampled": 0}
+    cached = read_cache(cache, run.model_name)
+    todo: dict[str, dict[str, Any]] = {}
+    for row in rows:
+        key = prompt_key(row)
+        stored = ((row.get("extra_info") or {}).get("model_difficulty") or {}).get(run.model_name)
+        if stored is not None:
+            counts[key], sources["stored"] = int(stored), sources["stored"] + 1
+        elif key in cached:
+            counts[key], sources["cached"] = cached[key], sources["cached"] + 1
+        else:
+            todo.setdefault(key, row)
+    advance(len(rows) - len(todo))
+    if todo:
+        keys = list(todo)
+        chunks = [keys[i : i + run.chunk_size] for i in range(0, len(keys), run.chunk_size)]
+        runner = _ray_chunks if run.executor == "ray" else _local_chunks
+        for chunk, result in runner([[todo[k] for k in c] for c in chunks], chunks, sampling, run):
+            _append(cache, run.model_name, chunk, result)
+            counts.update(zip(chunk, result["solved"], strict=True))
+            advance(len(chunk))
+        sources["sampled"] = sum(1 for row in rows if prompt_key(row) in todo)
+    return [counts[prompt_key(row)] for row in rows], sources
+
+
+def _local_chunks(
+    chunks: list[list[dict[str, Any]]], keys: list[list[str]], sampling: Sampling, run: GradeRun
+) -> Iterator[tuple[list[str], dict[str, Any]]]:
+    grader = Grader(run.engine, run.model_path, sampling, run.reward_workers, run.micro_batch_size)
+    for chunk, chunk_keys in zip(chunks, keys, strict=True):
+        yield chunk_keys, grader.grade(chunk)
+
+
+def _ray_chunks(
+    chunks: list[list[dict[str, Any]]], keys: list[list[str]], sampling: Sampling, run: GradeRun
+) -> Iterator[tuple[list[str], dict[str, Any]]]:
+    """Chunks graded by `run.workers` Grader actors spread over the cluster, yielded as each one finishes."""
+    import ray
+
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=run.ray_address, include_dashboard=False, log_to_driver=False)
+    actor = ray.remote(num_cpus=run.cpus_per_worker, num_gpus=run.gpus_per_worker)(Grader)
+    actors = [
+        actor.options(scheduling_strategy="SPREAD").remote(
+            run.engine, run.model_path, sampling, run.reward_workers
+        )
+        for _ in range(min(run.workers, len(chunks)))
+    ]
+    try:
+        queue, idle, pending = list(range(len(chunks))), list(actors), {}
+        while queue or pending:
+            while (
+                idle and queue
+            ):  # each actor holds one chunk at a time: a kill loses at most `workers` chunks
+                worker, index = idle.pop(), queue.pop(0)
+                pending[worker.grade.remote(chunks[index])] = (index, worker)
+            done, _ = ray.wait(list(pending), num_returns=1)
+            index, worker = pending.pop(done[0])
+            idle.append(worker)
+            yield keys[index], ray.get(done[0])
+    finally:
+        for worker in actors:
+            ray.kill(worker)
+        if started:
+            ray.shutdown()

@@ -1,0 +1,136 @@
+"""Verifiability filters and reference checks: which rows a rule-based reward can judge fairly.
+
+`unverifiable_reason(row)` applies the cheap text rules (proofs, multiple choice, multi-part questions, URLs or
+figures, missing answers, code without tests) and names the first that fires. `check_math_answers` and
+`check_code_solutions` are the expensive checks, run through or1's own rewards: the answer re-extracted from a
+math row's reference solution must verify against its given answer, and a code row's reference solution must pass
+its tests in the sandbox. Rows without a reference pass both checks untouched.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any
+
+from or1.rewards.result import CORRECT
+
+PROOF = "proof"
+MULTIPLE_CHOICE = "multiple_choice"
+MULTI_PART = "multi_part"
+URL_OR_FIGURE = "url_or_figure"
+NO_ANSWER = "no_answer"
+NO_TESTS = "no_tests"
+ANSWER_MISMATCH = "answer_mismatch"
+SOLUTION_FAILS = "solution_fails_tests"
+RULES = (NO_ANSWER, NO_TESTS, PROOF, MULTIPLE_CHOICE, MULTI_PART, URL_OR_FIGURE)
+
+_PROOF = re.compile(
+    r"\b(prove|show|demonstrate|verify|justify)\b[^.?!]{0,40}\bthat\b|\bproof\b", re.IGNORECASE
+)
+_CHOICES = re.compile(
+    r"\(A\)[\s\S]*\(B\)|(^|\n)\s*A[.:)]\s[\s\S]*\n\s*B[.:)]\s|\\textbf\{\(A\)", re.MULTILINE
+)
+_LETTER = re.compile(r"^\s*\(?\\?(text|textbf|mathrm)?\{?\(?[A-E]\)?\}?\s*$")
+_PARTS = re.compile(
+    r"\(a\)[\s\S]*\(b\)|\((i|I)\)[\s\S]*\((ii|II)\)|(^|\n)\s*\(?1[.)]\s[\s\S]*\n\s*\(?2[.)]\s"
+)
+_URL_FIGURE = re.compile(
+    r"https?://|www\.|!\[|<img|\[asy\]|\b(figure|diagram|picture|image)\b[^.]{0,30}\b(below|above|shown)\b"
+    r"|\bshown in the (figure|diagram|picture)\b|\bsee (the )?(figure|diagram|picture)\b",
+    re.IGNORECASE,
+)
+_NO_ANSWERS = {"", "proof", "notfound", "none", "null", "n/a", "see solution"}
+
+
+def problem_text(row: dict[str, Any]) -> str:
+    """The text of a row's user messages (what the problem says)."""
+    return "\n".join(m["content"] for m in row["prompt"] if m.get("role") == "user")
+
+
+def math_answers(row: dict[str, Any]) -> list[str]:
+    """The acceptable answers of a math row as text (a plain non-JSON ground truth is one answer)."""
+    truth = row["reward_model"]["ground_truth"]
+    try:
+        decoded = json.loads(truth)
+    except ValueError:
+        decoded = truth
+    answers = decoded if isinstance(decoded, list) else [decoded]
+    return [str(a).strip() for a in answers if a is not None and str(a).strip()]
+
+
+def code_tests(row: dict[str, Any]) -> dict[str, Any]:
+    truth = json.loads(row["reward_model"]["ground_truth"])
+    return {k: v for k, v in truth.items() if v is not None}
+
+
+def unverifiable_reason(row: dict[str, Any]) -> str | None:
+    """The first verifiability rule (RULES order) that `row` breaks, or None when a rule-based reward can judge it."""
+    text, extra = problem_text(row), row.get("extra_info") or {}
+    if row["ability"] == "math":
+        answers = math_answers(row)
+        if not answers or all(a.lower() in _NO_ANSWERS for a in answers):
+            return NO_ANSWER
+        kind = str(extra.get("question_type") or "").lower()
+        if kind == "proof" or _PROOF.search(text):
+            return PROOF
+        if (
+            kind in ("mcq", "multiple-choice")
+            or _CHOICES.search(text)
+            or any(_LETTER.match(a) for a in answers)
+        ):
+            return MULTIPLE_CHOICE
+        if _PARTS.search(text) or any(";" in a for a in answers):
+            return MULTI_PART
+    else:
+        tests = code_tests(row)
+        if not tests.get("test_code") and not tests.get("inputs"):
+            return NO_TESTS
+    if extra.get("has_figure") or _URL_FIGURE.search(text):
+        return URL_OR_FIGURE
+    return None
+
+
+def math_reference(row: dict[str, Any]) -> str | None:
+    solution = (row.get("extra_info") or {}).get("solution")
+    return solution if isinstance(solution, str) and solution.strip() else None
+
+
+def code_reference(row: dict[str, Any]) -> str | None:
+    solution = (row.get("extra_info") or {}).get("reference_solution")
+    return solution if isinstance(solution, str) and solution.strip() else None
+
+
+def check_math_answers(rows: list[dict[str, Any]], workers: int = 1) -> list[str | None]:
+    """ANSWER_MISMATCH for each math row whose reference solution's final answer does not verify, else None."""
+    from or1.rewards.score import score_batch
+
+    todo = [i for i, row in enumerate(rows) if row["ability"] == "math" and math_reference(row)]
+    verdicts: list[str | None] = [None] * len(rows)
+    if not todo:
+        return verdicts
+    scored = score_batch([{**rows[i], "response": math_reference(rows[i])} for i in todo], workers=workers)
+    for i, result in zip(todo, scored, strict=True):
+        if result.reason != CORRECT:
+            verdicts[i] = ANSWER_MISMATCH
+    return verdicts
+
+
+def check_code_solutions(
+    rows: list[dict[str, Any]], workers: int = 1, backend: str = "local"
+) -> list[str | None]:
+    """SOLUTION_FAILS for each code row whose reference solution fails its own tests in the sandbox, else None."""
+    from or1.rewards.code import score_code_batch
+
+    todo = [i for i, row in enumerate(rows) if row["ability"] == "code" and code_reference(row)]
+    verdicts: list[str | None] = [None] * len(rows)
+    if not todo:
+        return verdicts
+    responses = [f"```python\n{code_reference(rows[i])}\n```" for i in todo]
+    truths = [rows[i]["reward_model"]["ground_truth"] for i in todo]
+    for i, result in zip(
+        todo, score_code_batch(responses, truths, slots=workers, backend=backend), strict=True
+    ):
+        if result.reason != CORRECT:
+            verdicts[i] = SOLUTION_FAILS
+    return verdicts

@@ -1,0 +1,337 @@
+"""`or1 prepare-data --spec`: sources in, one step after another, train / validation parquet files out.
+
+The steps, in order (each skipped when its spec section is disabled):
+load (adapters) -> verifiable (filters) -> dedup -> decontaminate -> checks (reference solutions) -> difficulty.
+Every row each step sees lands in the ledger, kept or dropped with a reason, so the report adds up and each dropped
+row is traceable to its source position. The difficulty step is the only expensive one; it caches per problem in
+the output folder, so rerunning after an interruption resumes it.
+"""
+
+from __future__ import annotations
+
+import json
+import platform
+import random
+from collections import Counter
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from or1.data import dedup, filters
+from or1.data.adapters import Context, Malformed, adapt
+from or1.data.difficulty import CACHE_FILE, GradeRun, Sampling, grade_rows
+from or1.data.records import BadRecord
+from or1.data.report import Ledger, write_report
+from or1.data.schema import write_rows
+from or1.data.sources import iter_source, provenance
+from or1.data.spec import DataSpec, SourceSpec, load_spec
+from or1.errors import UserError
+
+MALFORMED, NOT_SELECTED = "malformed", "not_selected"
+DUPLICATE, NEAR_DUPLICATE, CONTAMINATED = "duplicate", "near_duplicate", "contaminated"
+TOO_EASY, TOO_HARD = "too_easy", "too_hard"
+
+
+@dataclass
+class Item:
+    """A row on its way through the steps, with where it came from."""
+
+    source: SourceSpec
+    index: int
+    row: dict[str, Any]
+    detail: dict[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class Prepared:
+    """What a preparation wrote: the output files by name and the report."""
+
+    files: dict[str, Path]
+    report: dict[str, Any]
+
+
+Verdict = tuple[str | None, str | None]  # (drop reason or None, detail)
+
+
+def prepare(
+    spec_path: str | Path,
+    out_dir: str | Path,
+    *,
+    ray_address: str | None = None,
+    overwrite: bool = False,
+    console: Console | None = None,
+) -> Prepared:
+    """Run the spec at `spec_path` into `out_dir` (see the module docstring); returns what was written.
+
+    Finished output files in `out_dir` are a UserError unless `overwrite`; the difficulty cache is always reused.
+    """
+    path, spec, raw = load_spec(spec_path)
+    out = Path(out_dir)
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file; give a folder.")
+    names = dict.fromkeys(s.output or s.role for s in spec.sources)
+    existing = [str(out / f"{name}.parquet") for name in names if (out / f"{name}.parquet").exists()]
+    if existing and not overwrite:
+        raise UserError(
+            f"{', '.join(existing)} already exist; pass --overwrite to replace them or choose another --out."
+        )
+    out.mkdir(parents=True, exist_ok=True)
+    console = console or Console(stderr=True)
+    ledger = Ledger(out)
+    extra: dict[str, Any] = {}
+    progress = Progress(
+        TextColumn("{task.description:<14}"),
+        BarColumn(),
+        MofNCompleteColumn(),
+        TimeElapsedColumn(),
+        console=console,
+    )
+    try:
+        with progress:
+            items = _load(spec, ledger, progress)
+            steps: list[tuple[str, bool, Callable[[list[Item]], list[Verdict]]]] = [
+                ("verifiable", spec.filters.enabled, lambda xs: _verifiable(spec, xs)),
+                ("dedup", spec.dedup.enabled, lambda xs: _dedup(spec, xs)),
+                ("decontaminate", spec.decontaminate.enabled, lambda xs: _decontaminate(spec, xs)),
+                (
+                    "checks",
+                    spec.checks.math_answer or spec.checks.code_solution,
+                    lambda xs: _checks(spec, xs),
+                ),
+            ]
+            for name, enabled, step in steps:
+                if enabled:
+                    items = _apply(name, items, step(items), ledger, progress)
+            if spec.difficulty.enabled:
+                verdicts, extra["difficulty"] = _difficulty(spec, items, out, ray_address, progress)
+                items = _apply("difficulty", items, verdicts, ledger, progress)
+    finally:
+        ledger.close()
+    files = _write_outputs(spec, items, out)
+    extra["outputs"] = {name: count for name, (_, count) in files.items()}
+    report = write_report(out, spec.name, ledger, extra)
+    _write_manifest(out, path, spec, raw, report)
+    console.print(
+        f"[green]prepared[/green] {spec.name}: "
+        + ", ".join(f"{k} {v} rows" for k, v in extra["outputs"].items())
+        + f" in {out} (report.md)"
+    )
+    return Prepared({name: p for name, (p, _) in files.items()}, report)
+
+
+def _apply(
+    name: str, items: list[Item], verdicts: list[Verdict], ledger: Ledger, progress: Progress
+) -> list[Item]:
+    kept = []
+    for item, (reason, detail) in zip(items, verdicts, strict=True):
+        ledger.record(name, item.source.name, item.index, reason, detail)
+        if reason is None:
+            kept.append(item)
+    progress.add_task(name, total=len(items), completed=len(items))
+    return kept
+
+
+def _load(spec: DataSpec, ledger: Ledger, progress: Progress) -> list[Item]:
+    task = progress.add_task("load", total=None)
+    items = []
+    for source in spec.sources:
+        data_source = source.data_source or f"{source.role}-{source.name}"
+        for index, record in iter_source(source):
+            progress.advance(task)
+            if isinstance(record, BadRecord):
+                ledger.record("load", source.name, index, MALFORMED, record.reason)
+                continue
+            if any(record.get(k) not in values for k, values in source.select.items()):
+                ledger.record("load", source.name, index, NOT_SELECTED)
+                continue
+            ctx = Context(data_source, source.role, index, source.ability)
+            try:
+                row = adapt(source.adapter, record, ctx)
+            except Malformed as err:
+                ledger.record("load", source.name, index, MALFORMED, str(err))
+                continue
+            ledger.record("load", source.name, index, None)
+            items.append(Item(source, index, row))
+    progress.update(task, total=progress.tasks[task].completed)
+    return items
+
+
+def _verifiable(spec: DataSpec, items: list[Item]) -> list[Verdict]:
+    rules = set(spec.filters.rules)
+    verdicts: list[Verdict] = []
+    for item in items:
+        reason = filters.unverifiable_reason(item.row)
+        verdicts.append((reason if reason in rules else None, None))
+    return verdicts
+
+
+def _dedup(spec: DataSpec, items: list[Item]) -> list[Verdict]:
+    """Validation sources first, then train in spec order: the first occurrence of a problem is the one kept."""
+    cfg = spec.dedup
+    near = dedup.NearDuplicates(cfg.threshold, cfg.num_perm, cfg.shingle) if cfg.near else None
+    seen: dict[str, str] = {}
+    verdicts: list[Verdict] = [(None, None)] * len(items)
+    order = sorted(range(len(items)), key=lambda i: items[i].source.role != "validation")
+    for i in order:
+        item = items[i]
+        text = filters.problem_text(item.row)
+        where = f"{item.source.name}:{item.index}"
+        key = f"{item.row['ability']}|{dedup.exact_key(text)}"
+        if key in seen:
+            verdicts[i] = (DUPLICATE, f"same as {seen[key]}")
+            continue
+        seen[key] = where
+        earlier = near.add(where, text) if near is not None else None
+        if earlier is not None:
+            verdicts[i] = (NEAR_DUPLICATE, f"near {earlier}")
+    return verdicts
+
+
+def evaluation_problems(spec: DataSpec) -> list[tuple[str, str]]:
+    """(name, problem text) of every evaluation problem the spec decontaminates against."""
+    from or1.eval.benchmarks import SHARED_BENCHMARKS, load_benchmark
+
+    cfg = spec.decontaminate
+    shared = Path(cfg.benchmark_dir) if cfg.benchmark_dir else SHARED_BENCHMARKS
+    named = []
+    for name in cfg.benchmarks:
+        data = load_benchmark(name, shared_dir=shared, window=None)
+        named += [(f"{name}:{i}", filters.problem_text(r)) for i, r in enumerate(data.rows)]
+    for file in cfg.files:
+        data = load_benchmark(file)
+        named += [(f"{Path(file).stem}:{i}", filters.problem_text(r)) for i, r in enumerate(data.rows)]
+    return named
+
+
+def _decontaminate(spec: DataSpec, items: list[Item]) -> list[Verdict]:
+    """Train rows that overlap an evaluation problem are dropped; validation rows are evaluation data themselves."""
+    index = dedup.ContaminationIndex(evaluation_problems(spec), n=spec.decontaminate.ngram)
+    verdicts: list[Verdict] = []
+    for item in items:
+        match = index.match(filters.problem_text(item.row)) if item.source.role == "train" else None
+        verdicts.append((CONTAMINATED, f"overlaps {match}") if match else (None, None))
+    return verdicts
+
+
+def _checks(spec: DataSpec, items: list[Item]) -> list[Verdict]:
+    rows = [item.row for item in items]
+    math = (
+        filters.check_math_answers(rows, spec.checks.workers)
+        if spec.checks.math_answer
+        else [None] * len(rows)
+    )
+    code = (
+        filters.check_code_solutions(rows, spec.checks.workers, spec.checks.sandbox)
+        if spec.checks.code_solution
+        else [None] * len(rows)
+    )
+    return [(m or c, None) for m, c in zip(math, code, strict=True)]
+
+
+def _difficulty(
+    spec: DataSpec, items: list[Item], out: Path, ray_address: str | None, progress: Progress
+) -> tuple[list[Verdict], dict[str, Any]]:
+    from or1.hub import resolve_model
+
+    cfg = spec.difficulty
+    graded = [i for i, item in enumerate(items) if item.source.role == "train" and item.source.grade]
+    task = progress.add_task("difficulty", total=len(graded))
+    run = GradeRun(
+        engine=cfg.engine,
+        model_path=str(resolve_model(cfg.model)),
+        model_name=cfg.name,
+        executor=cfg.executor,
+        workers=cfg.workers,
+        chunk_size=cfg.chunk_size,
+        cpus_per_worker=cfg.cpus_per_worker,
+        gpus_per_worker=cfg.gpus_per_worker,
+        reward_workers=cfg.reward_workers,
+        micro_batch_size=cfg.micro_batch_size,
+        ray_address=ray_address,
+    )
+    sampling = Sampling(cfg.n, cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.seed)
+    counts, origins = grade_rows(
+        [items[i].row for i in graded], sampling, run, out / CACHE_FILE, lambda k: progress.advance(task, k)
+    )
+    lo, hi = cfg.keep_range
+    verdicts: list[Verdict] = [(None, None)] * len(items)
+    for i, solved in zip(graded, counts, strict=True):
+        extra = items[i].row.setdefault("extra_info", {})
+        extra["model_difficulty"] = {**(extra.get("model_difficulty") or {}), cfg.name: solved}
+        if solved < lo:
+            verdicts[i] = (TOO_HARD, f"solved {solved}/{cfg.n}")
+        elif solved > hi:
+            verdicts[i] = (TOO_EASY, f"solved {solved}/{cfg.n}")
+    histogram = Counter(counts)
+    summary = {
+        "model": cfg.name,
+        "n": cfg.n,
+        "keep": [lo, hi],
+        "from": origins,
+        "histogram": {str(k): histogram.get(k, 0) for k in range(cfg.n + 1)} if counts else {},
+    }
+    return verdicts, summary
+
+
+def _write_outputs(spec: DataSpec, items: list[Item], out: Path) -> dict[str, tuple[Path, int]]:
+    """One parquet file per output name (default: the role), rows shuffled by the spec seed unless told not to."""
+    groups: dict[str, list[dict[str, Any]]] = {}
+    for source in spec.sources:  # every output named in the spec gets a file, even an empty one
+        groups.setdefault(source.output or source.role, [])
+    for item in items:
+        groups[item.source.output or item.source.role].append(item.row)
+    files = {}
+    for name, rows in groups.items():
+        if spec.shuffle:
+            random.Random(f"{spec.seed}-{name}").shuffle(rows)
+        files[name] = (_write(out / f"{name}.parquet", rows), len(rows))
+    return files
+
+
+def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
+    """write_rows; when sources disagree on an extra_info field's type (TACO's "EASY" and Omni-MATH's 6.5 as
+    `difficulty`), such values are written as JSON text instead."""
+    import pyarrow as pa
+
+    try:
+        return write_rows(path, rows)
+    except (pa.ArrowInvalid, pa.ArrowTypeError):
+        keep = {"index", "model_difficulty"}
+        for row in rows:
+            extra = row.get("extra_info") or {}
+            row["extra_info"] = {
+                k: v if k in keep or isinstance(v, str) else json.dumps(v, default=str)
+                for k, v in extra.items()
+            }
+        return write_rows(path, rows)
+
+
+def _versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for package in ("or1", "datasets", "pyarrow", "datasketch", "torch", "transformers", "ray"):
+        try:
+            versions[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            versions[package] = "not installed"
+    return versions
+
+
+def _write_manifest(
+    out: Path, spec_path: Path, spec: DataSpec, raw: dict[str, Any], report: dict[str, Any]
+) -> None:
+    from or1.eval.benchmarks import file_sha256
+
+    manifest = {
+        "spec": {"path": str(spec_path.resolve()), "sha256": file_sha256(spec_path), "content": raw},
+        "inputs": [vars(provenance(s)) for s in spec.sources],
+        "versions": _versions(),
+        "counts": {"sources": report["sources"], "outputs": report.get("outputs", {})},
+        "created": datetime.now(UTC).isoformat(timespec="seconds"),
+    }
+    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False, default=str) + "\n")
