@@ -212,6 +212,22 @@ def eval_command(
     Console().print(f"wrote {folder}/samples.jsonl, summary.json and report.md")
 
 
+@app.command("report")
+@user_errors
+def report_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory of or1 train (runs/<recipe> by default).")],
+) -> None:
+    """Draw a run's curves into RUN_DIR/plots/*.png and RUN_DIR/report.md (also on a run still going)."""
+    from or1.report import write_report
+
+    report = write_report(run_dir)
+    Console().print(
+        f"wrote {report.markdown} and {len(report.figures)} figures in {report.markdown.parent}/plots"
+    )
+    if report.missing:
+        Console().print(f"nothing logged yet for: {', '.join(report.missing)}")
+
+
 @app.command()
 def doctor() -> None:
     """Report Python, torch, CUDA, vLLM, Ray, bubblewrap and Docker, and what each means for or1."""

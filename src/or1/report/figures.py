@@ -1,0 +1,293 @@
+"""The run's figures: one step axis across stages, stage boundaries marked, each panel a small function.
+
+Drawn with matplotlib's Agg canvas straight into PNG files (no display, no pyplot state), from a RunFiles only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from matplotlib.axes import Axes
+from matplotlib.backends.backend_agg import FigureCanvasAgg
+from matplotlib.figure import Figure
+
+from or1.report.runfiles import VAL_ACCURACY, RunFiles
+
+STEP_LABEL = "training step (all stages)"
+# The seconds of a step by phase, bottom to top; what they leave of time/step is drawn as "other".
+PHASES = ("generate", "reward", "old_log_prob", "ref_log_prob", "values", "update", "critic_update")
+
+
+@dataclass(frozen=True)
+class Panel:
+    name: str  # the PNG's file stem
+    title: str
+    draw: Callable[[Axes, RunFiles], bool]  # False: nothing to draw from this run (yet)
+
+
+def smooth(values: list[float], window: int) -> list[float]:
+    """Trailing moving average over `window` points (shorter at the start)."""
+    out, total = [], 0.0
+    for i, value in enumerate(values):
+        total += value
+        if i >= window:
+            total -= values[i - window]
+        out.append(total / min(i + 1, window))
+    return out
+
+
+def window_for(run: RunFiles) -> int:
+    """About 1/40 of the run's trained steps: enough to see a trend through per-step noise."""
+    steps = sum(1 for s in run.stages for r in s.records if "batch/sampled" in r)
+    return max(1, steps // 40)
+
+
+def mark_stages(ax: Axes, run: RunFiles) -> None:
+    """Shade every other stage, draw each boundary, and name each stage with its response budget."""
+    for i, stage in enumerate(run.stages):
+        if i % 2:
+            ax.axvspan(stage.offset, stage.end, color="0.93", zorder=0)
+        if i:
+            ax.axvline(stage.offset, color="0.45", linestyle="--", linewidth=0.9, zorder=1)
+        budget = f" ({stage.budget} tok)" if stage.budget else ""
+        ax.text(  # just above the plot area, where no curve or legend goes
+            stage.offset + 0.005 * max(run.stages[-1].end, 1),
+            1.005,
+            f"stage {stage.name}{budget}",
+            transform=ax.get_xaxis_transform(),
+            va="bottom",
+            fontsize=8,
+            color="0.3",
+        )
+
+
+def _line(ax: Axes, run: RunFiles, key: str, label: str, color: str, window: int = 1) -> bool:
+    """Draw `key` across stages (raw faintly, smoothed on top when window > 1); False when never logged."""
+    drawn = False
+    for stage in run.stages:
+        steps, values = stage.series(key)
+        if not steps:
+            continue
+        first = not drawn
+        if window > 1:
+            ax.plot(steps, values, color=color, alpha=0.2, linewidth=0.8)
+            values = smooth(values, window)
+        ax.plot(steps, values, color=color, linewidth=1.6, label=label if first else None)
+        drawn = True
+    return drawn
+
+
+def draw_validation(ax: Axes, run: RunFiles) -> bool:
+    colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
+    keys = run.validation_keys()
+    for key, color in zip(keys, colors * 4, strict=False):
+        m = VAL_ACCURACY.match(key)
+        assert m is not None
+        label = f"{m['set']} T={m['temperature']} avg@{m['n']}"
+        for stage in run.stages:
+            steps, values = stage.series(key)
+            ax.plot(steps, [100 * v for v in values], "o-", color=color, markersize=4)
+        ax.plot([], [], "o-", color=color, label=label)
+    budgets = {s.validation_budget for s in run.stages if s.validation_budget}
+    budget = f", {budgets.pop()}-token budget" if len(budgets) == 1 else ""
+    ax.set_ylabel(f"validation accuracy (%{budget})")
+    return bool(keys)
+
+
+def draw_reward(ax: Axes, run: RunFiles) -> bool:
+    drawn = _line(ax, run, "reward/mean", "reward (truncated = 0)", "tab:green", window_for(run))
+    ax.set_ylabel("mean training reward (0-1)")
+    return drawn
+
+
+def draw_length(ax: Axes, run: RunFiles) -> bool:
+    window = window_for(run)
+    drawn = _line(ax, run, "response/length_max", "max", "tab:red", window)
+    drawn = _line(ax, run, "response/length_mean", "mean", "tab:blue", window) or drawn
+    for i, stage in enumerate(run.stages):
+        if stage.budget:
+            label = "stage budget" if i == 0 else None
+            ax.hlines(stage.budget, stage.offset, stage.end, colors="black", linestyles=":", label=label)
+    ax.set_ylabel("response length (tokens)")
+    return drawn
+
+
+def draw_truncation(ax: Axes, run: RunFiles) -> bool:
+    drawn = False
+    for stage in run.stages:
+        steps, values = stage.series("response/truncated_frac")
+        if steps:
+            smoothed = smooth([100 * v for v in values], window_for(run))
+            ax.plot(steps, smoothed, color="tab:red", label="training" if not drawn else None)
+            drawn = True
+    for key in run.validation_keys():
+        truncated = key.rsplit("/", 1)[0] + "/truncated_frac"
+        for i, stage in enumerate(run.stages):
+            steps, values = stage.series(truncated)
+            label = f"validation {key.split('/')[1]}" if i == 0 else None
+            ax.plot(steps, [100 * v for v in values], "s--", color="tab:gray", markersize=4, label=label)
+    ax.set_ylabel("truncated responses (%)")
+    return drawn
+
+
+def draw_entropy(ax: Axes, run: RunFiles) -> bool:
+    window = window_for(run)
+    drawn = _line(ax, run, "entropy/entropy", "sampled-token entropy", "tab:purple", window)
+    _line(ax, run, "actor/entropy", "full-vocabulary entropy", "tab:pink", window)
+    for i, stage in enumerate(run.stages):
+        steps, targets = stage.series("entropy/target")
+        if steps:
+            ax.plot(steps, targets, color="black", linestyle=":", label="target" if i == 0 else None)
+    ax.set_ylabel("entropy (nats / token)")
+    coef = ax.twinx()
+    for stage in run.stages:
+        steps, values = stage.series("entropy/coef")
+        coef.plot(steps, values, color="tab:orange", linewidth=1.4)
+    ax.plot([], [], color="tab:orange", label="coefficient (right axis)")
+    coef.set_ylabel("entropy loss coefficient", color="tab:orange")
+    coef.set_ylim(bottom=0)
+    return drawn
+
+
+def draw_rejection(ax: Axes, run: RunFiles) -> bool:
+    window = window_for(run)
+    drawn = False
+    for key, label, color in (
+        ("batch/rejected_frac", "groups rejected (no reward variance)", "black"),
+        ("reward/solve_all_frac", "of which all correct", "tab:green"),
+        ("reward/solve_none_frac", "of which all wrong", "tab:red"),
+    ):
+        for stage in run.stages:
+            steps, values = stage.series(key)
+            if steps:
+                ax.plot(steps, smooth([100 * v for v in values], window), color=color, label=label)
+                drawn, label = True, None
+    ax.set_ylabel("groups per step (%)")
+    return drawn
+
+
+def draw_time(ax: Axes, run: RunFiles) -> bool:
+    window = window_for(run)
+    phases = [p for p in PHASES if run.has(f"time/{p}")]
+    colors = ["tab:blue", "tab:green", "tab:orange", "tab:olive", "tab:cyan", "tab:red", "tab:pink"]
+    drawn = False
+    for stage in run.stages:
+        rows = [r for r in stage.records if "batch/sampled" in r and "time/step" in r]
+        if not rows:
+            continue
+        steps = [stage.offset + int(r["step"]) for r in rows]
+        parts = [smooth([float(r.get(f"time/{p}", 0.0)) for r in rows], window) for p in phases]
+        total = smooth([float(r["time/step"]) for r in rows], window)
+        other = [max(t - sum(col), 0.0) for t, *col in zip(total, *parts, strict=True)]
+        labels = [*phases, "other"] if not drawn else [None] * (len(phases) + 1)
+        ax.stackplot(steps, *parts, other, labels=labels, colors=[*colors[: len(phases)], "0.7"])
+        drawn = True
+    ax.set_ylabel("seconds per step")
+    return drawn
+
+
+def draw_value_loss(ax: Axes, run: RunFiles) -> bool:
+    drawn = _line(ax, run, "critic/vf_loss", "value loss", "tab:brown", window_for(run))
+    ax.set_ylabel("critic value loss (squared error)")
+    return drawn
+
+
+def draw_online_filter(ax: Axes, run: RunFiles) -> bool:
+    """Per stage: prompts it trained on and prompts the online filter dropped before it (summary.json)."""
+    done = [s for s in run.stages if s.summary]
+    if not done:
+        return False
+    x = list(range(len(done)))
+    kept = [int(s.summary.get("train_prompts", 0)) for s in done]  # type: ignore[union-attr]
+    dropped = [sum((s.summary.get("online_filter_dropped") or {}).values()) for s in done]  # type: ignore[union-attr]
+    ax.bar(x, kept, color="tab:blue", label="training prompts")
+    ax.bar(x, dropped, bottom=kept, color="tab:gray", label="dropped by the online filter")
+    for i, (k, d) in enumerate(zip(kept, dropped, strict=True)):
+        ax.text(i, k + d, f"{k} kept, {d} dropped", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(x, [f"stage {s.name}" for s in done])
+    ax.set_ylabel("prompts")
+    ax.set_ylim(top=1.15 * max(k + d for k, d in zip(kept, dropped, strict=True)))
+    return True
+
+
+def draw_eval(ax: Axes, run: RunFiles) -> bool:
+    """Each evaluated model's headline estimates with their 95% intervals."""
+    if not run.evals:
+        return False
+    names = list(dict.fromkeys(k for e in run.evals for k in e.estimates))
+    width = 0.8 / len(names)
+    for j, name in enumerate(names):
+        xs, values, low, high = [], [], [], []
+        for i, e in enumerate(run.evals):
+            if name in e.estimates:
+                value, lo, hi = e.estimates[name]
+                xs.append(i + (j - (len(names) - 1) / 2) * width)
+                values.append(100 * value)
+                low.append(100 * (value - lo))
+                high.append(100 * (hi - value))
+        ax.bar(xs, values, width, yerr=[low, high], capsize=3, label=name)
+        for x, v, h in zip(xs, values, high, strict=True):
+            ax.text(x, v + h + 1, f"{v:.1f}", ha="center", va="bottom", fontsize=8)
+    ax.set_xticks(range(len(run.evals)), [f"{e.label}\n{e.benchmark}" for e in run.evals])
+    ax.set_ylabel("accuracy (%, 95% interval)")
+    ax.set_ylim(0, 105)
+    return True
+
+
+STEP_PANELS = (
+    Panel("validation", "Validation accuracy", draw_validation),
+    Panel("reward", "Training reward", draw_reward),
+    Panel("response_length", "Response length", draw_length),
+    Panel("truncation", "Truncated responses", draw_truncation),
+    Panel("entropy", "Entropy and adaptive entropy control", draw_entropy),
+    Panel("rejection", "Rejection sampling", draw_rejection),
+    Panel("step_time", "Seconds per step by phase", draw_time),
+    Panel("value_loss", "Critic value loss (GAE)", draw_value_loss),
+)
+OTHER_PANELS = (
+    Panel("online_filter", "Online filter: prompts per stage", draw_online_filter),
+    Panel("eval", "Evaluation of the run's models", draw_eval),
+)
+# The one-glance figure (README): the curves that say whether a run learns like the paper's.
+OVERVIEW = ("validation", "reward", "response_length", "entropy")
+
+
+def render(panel: Panel, run: RunFiles, path: Path) -> bool:
+    """Draw one panel into its own PNG; False (and no file) when the run has nothing for it yet."""
+    fig = Figure(figsize=(8, 4.2), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    if not panel.draw(ax, run):
+        return False
+    _finish(ax, panel, run)
+    fig.savefig(path)
+    return True
+
+
+def render_overview(run: RunFiles, path: Path) -> bool:
+    """The OVERVIEW panels in a 2 x 2 grid, titled with the run's recipe."""
+    panels = [p for p in STEP_PANELS if p.name in OVERVIEW]
+    fig = Figure(figsize=(12, 7), dpi=80, layout="constrained")
+    FigureCanvasAgg(fig)
+    axes = list(fig.subplots(2, 2).flat)
+    drawn = [p.draw(ax, run) for p, ax in zip(panels, axes, strict=True)]
+    if not any(drawn):
+        return False
+    for panel, ax in zip(panels, axes, strict=True):
+        _finish(ax, panel, run)
+    fig.suptitle(f"or1 run {run.recipe}: {run.path.name}", fontsize=12)
+    fig.savefig(path)
+    return True
+
+
+def _finish(ax: Axes, panel: Panel, run: RunFiles) -> None:
+    ax.set_title(panel.title, pad=16 if panel in STEP_PANELS else 6)
+    ax.grid(alpha=0.3)
+    if panel in STEP_PANELS:
+        ax.set_xlabel(STEP_LABEL)
+        ax.set_xlim(0, max(run.stages[-1].end, 1) if run.stages else 1)
+        mark_stages(ax, run)
+    if ax.get_legend_handles_labels()[0]:
+        ax.legend(fontsize=8, loc="best")

@@ -1,0 +1,88 @@
+"""report.md: a table of what each stage did, the eval results with intervals, and the figures embedded."""
+
+from __future__ import annotations
+
+import statistics
+from datetime import datetime, timezone
+from pathlib import Path
+
+from or1.report.runfiles import RunFiles, StageRun
+
+
+def render_markdown(run: RunFiles, figures: dict[str, tuple[str, Path]], missing: list[str]) -> str:
+    """The report; `figures` maps a panel name to its title and PNG path, `missing` names panels with no data."""
+    when = datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    lines = [
+        f"# or1 report: {run.recipe}",
+        "",
+        f"Run directory `{run.path}`, read {when}. Steps are counted across stages (the stage boundaries are "
+        f"the dashed lines); `or1 report {run.path}` redraws it from the run's files at any time.",
+        "",
+    ]
+    if run.stages:
+        lines += ["## Stages", "", *stage_table(run), ""]
+    if run.evals:
+        lines += ["## Evaluation", "", *eval_table(run), ""]
+    if figures:
+        lines += ["## Figures", ""]
+        for title, path in figures.values():
+            lines += [f"![{title}]({path.relative_to(run.path).as_posix()})", ""]
+    if missing:
+        lines += [f"Not drawn, nothing logged for them (yet): {', '.join(missing)}.", ""]
+    return "\n".join(lines)
+
+
+def stage_table(run: RunFiles) -> list[str]:
+    rows = [
+        "| stage | steps | budget (tokens) | validation % (start -> end) | reward (first -> last tenth) "
+        "| rejected groups | entropy coef (end) | online filter dropped | minutes |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    for stage in run.stages:
+        trained = [r for r in stage.records if "batch/sampled" in r]
+        done = f"{len(trained)} of {stage.planned_steps}" if stage.planned_steps else str(len(trained))
+        status = "" if stage.summary else " (running or interrupted)"
+        tenth = max(1, len(trained) // 10)
+        rewards = [float(r["reward/mean"]) for r in trained if "reward/mean" in r]
+        reward = (
+            f"{statistics.fmean(rewards[:tenth]):.2f} -> {statistics.fmean(rewards[-tenth:]):.2f}"
+            if rewards
+            else "-"
+        )
+        rejected = [float(r["batch/rejected_frac"]) for r in trained if "batch/rejected_frac" in r]
+        coef = [float(r["entropy/coef"]) for r in trained if "entropy/coef" in r]
+        dropped = (stage.summary or {}).get("online_filter_dropped") or {}
+        seconds = sum(float(r.get("time/step", 0.0)) for r in trained)
+        rows.append(
+            f"| {stage.name}{status} | {done} | {stage.budget or '-'} | {validation_span(stage)} | {reward} | "
+            f"{f'{statistics.fmean(rejected):.0%}' if rejected else '-'} | "
+            f"{f'{coef[-1]:.4f}' if coef else '-'} | {sum(dropped.values()) if dropped else '-'} | "
+            f"{seconds / 60:.1f} |"
+        )
+    return rows
+
+
+def validation_span(stage: StageRun) -> str:
+    """`40.6 -> 48.8` per validation key (set, temperature), first and last validation of the stage."""
+    spans = []
+    keys = dict.fromkeys(k for r in stage.records for k in r if k.startswith("val/") and "/avg@" in k)
+    for key in keys:
+        _, values = stage.series(key)
+        if values:
+            name = key.removeprefix("val/")
+            spans.append(f"{name} {100 * values[0]:.1f} -> {100 * values[-1]:.1f}")
+    return "; ".join(spans) or "-"
+
+
+def eval_table(run: RunFiles) -> list[str]:
+    rows = [
+        "| model | benchmark | samples | budget (tokens) | metric | % | 95% interval |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for e in run.evals:
+        for name, (value, low, high) in e.estimates.items():
+            rows.append(
+                f"| {e.label} | {e.benchmark} | {e.samples} | {e.max_tokens or '-'} | {name} | "
+                f"{100 * value:.1f} | {100 * low:.1f} - {100 * high:.1f} |"
+            )
+    return rows

@@ -1,0 +1,196 @@
+"""`or1 report` on hand-made run directories: every figure of a finished run, what it can of a half-finished one,
+numbers in report.md computed by hand, and no trainer or worker code imported."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from typer.testing import CliRunner
+
+from or1.cli import app
+from or1.report import write_report
+from or1.report.runfiles import read_run
+
+PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
+STEP_FIGURES = {"validation", "reward", "response_length", "truncation", "entropy", "rejection", "step_time"}
+VAL = "val/validation/t1/avg@5"
+
+
+def step_record(step: int, reward: float, **extra: float) -> dict:
+    return {
+        "step": step,
+        "reward/mean": reward,
+        "batch/sampled": 128.0,
+        "batch/rejected_frac": 0.25,
+        "reward/solve_all_frac": 0.15,
+        "reward/solve_none_frac": 0.10,
+        "response/length_mean": 30.0 + step,
+        "response/length_max": 45.0,
+        "response/truncated_frac": 0.05,
+        "actor/entropy": 0.3,
+        "entropy/entropy": 0.1,
+        "entropy/target": 0.09,
+        "entropy/coef": 0.001 * step,
+        "time/generate": 1.0,
+        "time/reward": 0.2,
+        "time/old_log_prob": 0.1,
+        "time/update": 0.5,
+        "time/step": 2.0,
+        **extra,
+    }
+
+
+def write_stage(
+    run: Path,
+    index: int,
+    steps: int,
+    budget: int,
+    rewards: list[float],
+    val: tuple[float, float] | None,
+    *,
+    finished: bool = True,
+    dropped: dict | None = None,
+    advantage: str = "grpo",
+    recipe_start: int = 250,
+) -> None:
+    """stage<index>/ with config.yaml, metrics.jsonl (step-0 validation, one record per reward) and summary.json."""
+    folder = run / f"stage{index}"
+    folder.mkdir(parents=True)
+    config = {
+        "recipe": "tiny",
+        # the recipe's start step (250 per stage) is not what ran: offsets follow trainer.steps of earlier stages
+        "stage": {"index": index, "name": str(index), "start_step": recipe_start * (index - 1)},
+        "data": {"validation": {"max_response_length": 96}},
+        "rollout": {"max_response_length": budget},
+        "algorithm": {"advantage": advantage},
+        "trainer": {"steps": steps},
+    }
+    (folder / "config.yaml").write_text(yaml.safe_dump(config))
+    records = []
+    if val is not None:
+        records.append({"step": 0, VAL: val[0], "val/validation/t1/truncated_frac": 0.1})
+    for step, reward in enumerate(rewards, 1):
+        extra = {"critic/vf_loss": 1.0 / step} if advantage == "gae" else {}
+        if val is not None and step == steps:
+            extra |= {VAL: val[1], "val/validation/t1/truncated_frac": 0.02}
+        records.append(step_record(step, reward, **extra))
+    (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    if finished:
+        summary = {
+            "recipe": "tiny",
+            "stage": index,
+            "train_prompts": 400,
+            "online_filter_dropped": dropped or {},
+        }
+        (folder / "summary.json").write_text(json.dumps(summary))
+
+
+def write_eval(run: Path, label: str, value: float) -> None:
+    folder = run / "eval" / label
+    folder.mkdir(parents=True)
+    summary = {
+        "benchmark": "validation",
+        "model": {"path": f"/models/{label}"},
+        "sampling": {"max_tokens": 96},
+        "metrics": {
+            "samples_per_problem": 4,
+            "estimates": {"avg@4": {"value": value, "ci_low": value - 0.05, "ci_high": value + 0.05}},
+        },
+    }
+    (folder / "summary.json").write_text(json.dumps(summary))
+
+
+@pytest.fixture
+def finished_run(tmp_path: Path) -> Path:
+    run = tmp_path / "runs" / "tiny"
+    write_stage(run, 1, 10, 48, [0.1] * 5 + [0.3] * 5, (0.40, 0.50))
+    write_stage(run, 2, 4, 64, [0.4, 0.4, 0.6, 0.6], (0.50, 0.55), dropped={"stage1": 12})
+    write_stage(run, 3, 4, 96, [0.5, 0.6, 0.7, 0.8], (0.55, 0.61), dropped={"stage1": 12, "stage2": 30})
+    write_eval(run, "final", 0.6)
+    write_eval(run, "base", 0.4)
+    return run
+
+
+def is_png(path: Path) -> bool:
+    return path.read_bytes()[:8] == PNG_MAGIC and path.stat().st_size > 5000
+
+
+def test_finished_run_gets_every_figure_and_the_numbers(finished_run: Path) -> None:
+    report = write_report(finished_run)
+    assert set(report.figures) == STEP_FIGURES | {"online_filter", "eval", "overview"}
+    assert report.missing == []  # the value loss is a GAE figure: not missing from a GRPO run
+    assert all(is_png(p) and p.parent == finished_run / "plots" for p in report.figures.values())
+    text = report.markdown.read_text()
+    # Stage 1: rewards 0.1 x5 then 0.3 x5, first and last tenth (1 step each); 25% rejected; coef at step 10.
+    assert (
+        "| 1 | 10 of 10 | 48 | validation/t1/avg@5 40.0 -> 50.0 | 0.10 -> 0.30 | 25% | 0.0100 | - | 0.3 |"
+        in text
+    )
+    assert (
+        "| 3 | 4 of 4 | 96 | validation/t1/avg@5 55.0 -> 61.0 | 0.50 -> 0.80 | 25% | 0.0040 | 42 | 0.1 |"
+        in text
+    )
+    # Evaluations: base before final whatever the folder order, with their intervals.
+    assert text.index("| base | validation | 4 | 96 | avg@4 | 40.0 | 35.0 - 45.0 |") < text.index("| final |")
+    assert "![Validation accuracy](plots/validation.png)" in text
+
+
+def test_one_step_axis_across_stages(finished_run: Path) -> None:
+    run = read_run(finished_run)
+    # Offsets follow the steps each earlier stage ran (10, then 4), not the recipe's start_step (250, 500).
+    assert [(s.offset, s.end) for s in run.stages] == [(0, 10), (10, 14), (14, 18)]
+    assert run.stages[1].series(VAL) == ([10, 14], [0.50, 0.55])
+    assert run.stages[2].series("reward/mean")[0] == [15, 16, 17, 18]
+
+
+def test_half_finished_run_gets_what_it_can(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    write_stage(run, 1, 10, 48, [0.1] * 10, (0.40, 0.50))
+    write_stage(run, 2, 100, 64, [0.4, 0.5], (0.50, 0.0), finished=False)  # 2 of 100 steps, no summary yet
+    with (run / "stage2" / "metrics.jsonl").open("a") as f:
+        f.write('{"step": 3, "reward/me')  # the line being written when the report reads the file
+    report = write_report(run)
+    assert STEP_FIGURES | {"online_filter", "overview"} == set(report.figures)
+    assert report.missing == ["eval"]
+    text = report.markdown.read_text()
+    assert "| 2 (running or interrupted) | 2 of 100 | 64 | validation/t1/avg@5 50.0 -> 50.0 |" in text
+    assert "Not drawn, nothing logged for them (yet): eval." in text
+    # A stage that has written only its config (workers starting) and no eval: still a report.
+    write_stage(tmp_path / "fresh", 1, 10, 48, [], None, finished=False)
+    fresh = write_report(tmp_path / "fresh")
+    assert fresh.figures == {} and "validation" in fresh.missing
+
+
+def test_gae_run_adds_the_value_loss(tmp_path: Path) -> None:
+    run = tmp_path / "gae"
+    write_stage(run, 1, 6, 48, [0.2] * 6, (0.4, 0.45), advantage="gae")
+    assert "value_loss" in write_report(run).figures
+
+
+def test_cli_report_and_its_user_error(finished_run: Path, tmp_path: Path) -> None:
+    runner = CliRunner()
+    done = runner.invoke(app, ["report", str(finished_run)])
+    assert done.exit_code == 0, done.output
+    assert "report.md" in done.output and (finished_run / "plots" / "overview.png").is_file()
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    failed = runner.invoke(app, ["report", str(empty)])
+    assert failed.exit_code == 2
+    assert "has no stage<N>/ or eval/ folder" in failed.output
+
+
+def test_report_reads_files_without_importing_trainer_or_workers(finished_run: Path) -> None:
+    code = (
+        "import sys; from or1.report import write_report; write_report(sys.argv[1]); "
+        "print(sorted(m for m in sys.modules if m.startswith(('or1.trainer', 'or1.workers', 'or1.hybrid', 'ray'))))"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code, str(finished_run)], capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
