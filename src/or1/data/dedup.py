@@ -17,7 +17,7 @@ from or1.eval.converters import CODE_CALL_INSTRUCTIONS, CODE_STDIN_INSTRUCTIONS,
 
 # Instructions that adapters and benchmark converters append: never evidence that two problems are the same.
 _BOILERPLATE = [MATH_SUFFIX, CODE_STDIN_INSTRUCTIONS, CODE_CALL_INSTRUCTIONS.split("{starter}")[0]]
-_LATEX_SPACING = re.compile(r"\\[,;:! ]|\\(left|right|displaystyle|text|mathrm|quad|qquad)\b|\$")
+_LATEX_SPACING = re.compile(r"\\[,;:! ]|\\(left|right|displaystyle|text|mathrm|quad|qquad)\b")
 _NON_WORD = re.compile(r"[^\w+\-*/=<>^.]+")
 
 
@@ -25,7 +25,7 @@ def normalize(text: str) -> str:
     """Problem text folded for comparison (see the module docstring)."""
     for phrase in _BOILERPLATE:
         text = text.replace(phrase.strip(), " ")
-    text = unicodedata.normalize("NFKC", text).lower()
+    text = unicodedata.normalize("NFKC", text).lower().replace("$", "")
     text = _LATEX_SPACING.sub(" ", text)
     text = _NON_WORD.sub(" ", text)
     return " ".join(text.replace(" .", " ").split()).strip(" .")
@@ -35,7 +35,7 @@ def exact_key(text: str) -> str:
     """Text folded only where folding cannot change the problem: case, whitespace, `$` and LaTeX spacing."""
     for phrase in _BOILERPLATE:
         text = text.replace(phrase.strip(), " ")
-    text = _LATEX_SPACING.sub(" ", unicodedata.normalize("NFKC", text).lower())
+    text = _LATEX_SPACING.sub(" ", unicodedata.normalize("NFKC", text).lower().replace("$", ""))
     return " ".join(text.split())
 
 

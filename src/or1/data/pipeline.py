@@ -26,7 +26,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from or1.data import dedup, filters
 from or1.data.adapters import Context, Malformed, adapt
 from or1.data.difficulty import CACHE_FILE, GradeRun, Sampling, grade_rows
-from or1.data.records import BadRecord
+from or1.data.records import BadRecord, read_records
 from or1.data.report import Ledger, write_report
 from or1.data.schema import write_rows
 from or1.data.sources import iter_source, provenance
@@ -204,8 +204,13 @@ def evaluation_problems(spec: DataSpec) -> list[tuple[str, str]]:
         data = load_benchmark(name, shared_dir=shared, window=None)
         named += [(f"{name}:{i}", filters.problem_text(r)) for i, r in enumerate(data.rows)]
     for file in cfg.files:
-        data = load_benchmark(file)
-        named += [(f"{Path(file).stem}:{i}", filters.problem_text(r)) for i, r in enumerate(data.rows)]
+        for i, record in enumerate(read_records(file, what="decontaminate.files:")):
+            ability = "code" if "tests" in record or "question_content" in record else "math"
+            try:
+                row = adapt("auto", record, Context("eval", "test", i, ability))
+            except Malformed as err:
+                raise UserError(f"decontaminate.files: {file} record {i}: {err}") from None
+            named.append((f"{Path(file).stem}:{i}", filters.problem_text(row)))
     return named
 
 

@@ -1,0 +1,140 @@
+"""Verifiability rules, reference checks, dedup and decontamination on crafted rows."""
+
+from __future__ import annotations
+
+import pytest
+
+from or1.data import filters
+from or1.data.dedup import ContaminationIndex, NearDuplicates, exact_key, ngrams, normalize, words
+from or1.data.schema import make_row
+from or1.eval.converters import MATH_SUFFIX
+
+
+def math(problem: str, answers: list[str], **extra) -> dict:
+    return make_row(
+        data_source="train-x",
+        prompt=[{"role": "user", "content": f"{problem} {MATH_SUFFIX}"}],
+        ability="math",
+        ground_truth=answers,
+        extra_info={"index": 0, **extra},
+    )
+
+
+def code(truth: dict, **extra) -> dict:
+    return make_row(
+        data_source="train-x",
+        prompt=[{"role": "user", "content": "Print the sum of two integers."}],
+        ability="code",
+        ground_truth=truth,
+        extra_info={"index": 0, **extra},
+    )
+
+
+@pytest.mark.parametrize(
+    ("row", "reason"),
+    [
+        (math("Find $x$ if $2x = 10$.", ["5"]), None),
+        (math("Find the area.", []), filters.NO_ANSWER),
+        (math("Find the area.", ["notfound"]), filters.NO_ANSWER),
+        (math("Prove that there are infinitely many primes.", ["2"]), filters.PROOF),
+        (math("Let n > 1. Show that n^2 > n.", ["1"]), filters.PROOF),
+        (math("Find n.", ["3"], question_type="proof"), filters.PROOF),
+        (math("Which is largest? (A) 1 (B) 2 (C) 3", ["C"]), filters.MULTIPLE_CHOICE),
+        (math("Which is largest?\nA. 1\nB. 2", ["2"]), filters.MULTIPLE_CHOICE),
+        (math("Which value works?", ["(B)"]), filters.MULTIPLE_CHOICE),
+        (math("Find m.", ["4"], question_type="MCQ"), filters.MULTIPLE_CHOICE),
+        (math("(a) Find x. (b) Find y.", ["1"]), filters.MULTI_PART),
+        (math("Compute:\n1. the sum\n2. the product", ["3"]), filters.MULTI_PART),
+        (math("Find x and y.", ["x=1; y=2"]), filters.MULTI_PART),
+        (math("See https://example.com/p.png and find x.", ["1"]), filters.URL_OR_FIGURE),
+        (math("In the figure shown below, find the angle.", ["30"]), filters.URL_OR_FIGURE),
+        (code({"inputs": ["1 2\n"], "outputs": ["3\n"]}), None),
+        (code({"inputs": [], "outputs": []}), filters.NO_TESTS),
+        (
+            code(
+                {
+                    "import_prefix": "",
+                    "test_code": "def check(c):\n    assert c(1) == 1\n",
+                    "entry_point": "f",
+                }
+            ),
+            None,
+        ),
+        (code({"inputs": ["1\n"], "outputs": ["1\n"]}, has_figure=True), filters.URL_OR_FIGURE),
+    ],
+)
+def test_verifiability_rules(row: dict, reason: str | None):
+    assert filters.unverifiable_reason(row) == reason
+
+
+def test_math_answer_consistency_uses_the_math_reward():
+    rows = [
+        math("Find 2+3.", ["5"], solution="2+3 = 5, so the answer is $\\boxed{5}$."),
+        math("Find 2+4.", ["7"], solution="2+4 = 6, so the answer is $\\boxed{6}$."),
+        math("Find 2+5.", ["7"]),  # no reference solution: nothing to check
+    ]
+    assert filters.check_math_answers(rows) == [None, filters.ANSWER_MISMATCH, None]
+
+
+def test_code_reference_solutions_run_in_the_sandbox():
+    from or1.sandbox.pool import unavailable
+
+    reason = unavailable("local")
+    if reason:
+        pytest.skip(reason)
+    truth = {"inputs": ["1 2\n", "5 5\n"], "outputs": ["3\n", "10\n"]}
+    rows = [
+        code(truth, reference_solution="a, b = map(int, input().split())\nprint(a + b)\n"),
+        code(truth, reference_solution="a, b = map(int, input().split())\nprint(a * b)\n"),
+        code(truth),
+    ]
+    assert filters.check_code_solutions(rows) == [None, filters.SOLUTION_FAILS, None]
+
+
+def test_normalisation_folds_latex_case_and_spacing():
+    assert exact_key("Find $x$ if $2x=4$.") == exact_key("find  x if 2x=4.")
+    assert exact_key("joined by ','") != exact_key("joined by '-'")  # punctuation can be the problem
+    assert normalize(f"Find x.  {MATH_SUFFIX}") == "find x"  # appended instructions are not the problem
+    assert ngrams(["a", "b"], 3) == {("a", "b")} and len(ngrams(list("abcde"), 3)) == 3
+
+
+def test_near_duplicates_by_minhash():
+    base = (
+        "A bag contains 5 red marbles and 7 blue marbles. Two marbles are drawn without replacement. "
+        "What is the probability that both marbles are red? Express your answer as a common fraction."
+    )
+    reworded = base.replace("A bag contains", "A jar holds").replace("common fraction", "fraction")
+    different = (
+        "Let f(x) = x^3 - 6x^2 + 11x - 6. Find the sum of the squares of the roots of f, and give the "
+        "largest root as your final answer."
+    )
+    shingles = [ngrams(words(t), 3) for t in (base, reworded, different)]
+    jaccard = len(shingles[0] & shingles[1]) / len(shingles[0] | shingles[1])
+    assert jaccard == 25 / 34 and not shingles[0] & shingles[2]
+    index = NearDuplicates(threshold=0.6)
+    assert index.add("a", base) is None
+    assert index.add("b", reworded) == "a"
+    assert index.add("c", different) is None
+
+
+def test_contamination_by_ngram_overlap_ignores_shared_phrasing():
+    aime = (
+        "Every morning Aya goes for a 9-kilometer-long walk and stops at a coffee shop afterwards. When she walks at "
+        "a constant speed of s kilometers per hour, the walk takes her 4 hours, including t minutes spent in the shop."
+    )
+    boiler = "Put the whole answer in one box at the end after you reason carefully step by step please."
+    index = ContaminationIndex(
+        [
+            ("aime24:0", aime),
+            ("x:1", f"Find x. {boiler}"),
+            ("x:2", f"Find y. {boiler}"),
+            ("x:3", f"Find z. {boiler}"),
+        ],
+        n=8,
+    )
+    assert index.match(aime) == "aime24:0"
+    snippet = "Aya goes for a 9-kilometer-long walk and stops at a coffee shop afterwards; find s."
+    assert index.match(f"Here is a rewritten problem. {snippet}") == "aime24:0"
+    assert index.match(f"Compute 2+2. {boiler}") is None  # an n-gram shared by 3 evaluation problems
+    assert index.match("Aya walks 9 kilometers every morning.") is None
+    assert len(words("Find $x$, please!")) == 3
