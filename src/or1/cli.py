@@ -221,11 +221,12 @@ def report_command(
     from or1.report import write_report
 
     report = write_report(run_dir)
-    Console().print(
+    console = Console(soft_wrap=True, highlight=False)  # paths stay whole on one line
+    console.print(
         f"wrote {report.markdown} and {len(report.figures)} figures in {report.markdown.parent}/plots"
     )
     if report.missing:
-        Console().print(f"nothing logged yet for: {', '.join(report.missing)}")
+        console.print(f"nothing logged yet for: {', '.join(report.missing)}")
 
 
 @app.command()
