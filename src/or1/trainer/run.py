@@ -22,6 +22,7 @@ from or1.config.schema import RunConfig
 from or1.errors import UserError
 from or1.hybrid import ResourcePool, WorkerError, WorkerGroup, colocate, ray_session
 from or1.models.loading import load_tokenizer
+from or1.report import refresh_report
 from or1.trainer.checkpoint import CheckpointManager
 from or1.trainer.data import PromptLoader, prompt_key, read_prompt_rows
 from or1.trainer.loop import Trainer, restore, train
@@ -107,6 +108,7 @@ def run_train(
     for line in summary_lines(summary):
         console.print(line, highlight=False)
     console.print(f"stage {cfg.stage.index} done: final model in {final}")
+    refresh_report(stage_dir.parent, console)  # plots/ and report.md of the whole run so far
     return final
 
 
