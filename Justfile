@@ -21,6 +21,11 @@ tiny:
     {{bin}}/or1 eval tiny/data/validation.parquet --model tiny/model --n 4 --temperature 1.0 --max-tokens 96 --out runs/tiny/eval/base
     {{bin}}/or1 eval tiny/data/validation.parquet --model runs/tiny/stage3/final --n 4 --temperature 1.0 --max-tokens 96 --out runs/tiny/eval/final
 
+# `just tiny`, then stages 1 and 2 evaluated like base and final, and the figures: runs/tiny/report.md, plots/.
+repro: tiny
+    for s in 1 2; do {{bin}}/or1 eval tiny/data/validation.parquet --model runs/tiny/stage$s/final --n 4 --temperature 1.0 --max-tokens 96 --out runs/tiny/eval/stage$s; done
+    {{bin}}/or1 report runs/tiny
+
 # The test suite (fast default). As root it first brings up the Docker-API engine for the docker-marked tests.
 test *args:
     #!/usr/bin/env bash

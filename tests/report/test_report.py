@@ -3,6 +3,7 @@ numbers in report.md computed by hand, and no trainer or worker code imported.""
 
 from __future__ import annotations
 
+import io
 import json
 import subprocess
 import sys
@@ -10,10 +11,11 @@ from pathlib import Path
 
 import pytest
 import yaml
+from rich.console import Console
 from typer.testing import CliRunner
 
 from or1.cli import app
-from or1.report import write_report
+from or1.report import refresh_report, write_report
 from or1.report.runfiles import read_run
 
 PNG_MAGIC = b"\x89PNG\r\n\x1a\n"
@@ -194,3 +196,11 @@ def test_report_reads_files_without_importing_trainer_or_workers(finished_run: P
     )
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_train_refreshes_the_report_without_failing_the_stage(finished_run: Path, tmp_path: Path) -> None:
+    out = io.StringIO()
+    refresh_report(finished_run, Console(file=out, width=1000))
+    assert f"report: {finished_run / 'report.md'} (10 figures)" in out.getvalue()
+    refresh_report(tmp_path / "nothing here", Console(file=out, width=1000))  # printed, not raised
+    assert "or1 report" in out.getvalue() and "is not a directory" in out.getvalue()
