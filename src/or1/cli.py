@@ -74,15 +74,37 @@ def init_model(
 @app.command("prepare-data")
 @user_errors
 def prepare_data(
-    out: Annotated[Path, typer.Option(help="Folder for the train / validation parquet files.")],
-    preset: PresetOpt = "tiny",
-    seed: Annotated[int, typer.Option(help="Seed of the training tasks (validation sets are fixed).")] = 0,
+    out: Annotated[
+        Path, typer.Option(help="Folder for the train / validation parquet files and the report.")
+    ],
+    spec: Annotated[
+        str | None, typer.Option(help="Data spec: a YAML path or a name in data/ (e.g. or1-math).")
+    ] = None,
+    preset: Annotated[str | None, typer.Option(help="Shortcut for --spec data/<preset>.yaml (tiny).")] = None,
+    seed: Annotated[
+        int | None,
+        typer.Option(help="Without a spec: seed of the tiny training tasks, written without grading."),
+    ] = None,
+    overwrite: Annotated[bool, typer.Option(help="Replace data files already in --out.")] = False,
+    ray_address: Annotated[
+        str | None,
+        typer.Option(help="Run the difficulty step on this Ray cluster (e.g. auto); default: local."),
+    ] = None,
 ) -> None:
-    """Write the tiny world's math and code tasks as or1-row parquet files."""
-    from or1.data.synthetic import write_tiny_dataset
+    """Build a training set from a data spec: adapt, filter, deduplicate, decontaminate, grade; report every drop."""
+    if seed is not None and spec is None:  # the synthetic tiny files alone, as before specs existed
+        from or1.data.synthetic import write_tiny_dataset
 
-    _check_preset(preset)
-    write_tiny_dataset(out, seed)
+        _check_preset(preset or "tiny")
+        write_tiny_dataset(out, seed)
+        return
+    from or1.data.pipeline import prepare
+
+    if spec is not None and preset is not None:
+        raise UserError("give --spec or --preset, not both.")
+    if spec is None:
+        _check_preset(preset or "tiny")
+    prepare(spec or preset or "tiny", out, ray_address=ray_address, overwrite=overwrite)
 
 
 @config_app.command("show")
