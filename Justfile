@@ -16,7 +16,7 @@ setup:
 # The main job, the tiny reproduction on CPU: base model, data, the three stages of stages/tiny.yaml, validation.
 tiny:
     [ -f tiny/model/config.json ] || {{bin}}/or1 init-model --preset tiny --out tiny/model
-    [ -f tiny/data/train.parquet ] || {{bin}}/or1 prepare-data --preset tiny --out tiny/data
+    [ -f tiny/data/train.parquet ] || {{bin}}/or1 prepare-data --spec data/tiny.yaml --out tiny/data
     {{bin}}/or1 train --recipe stages/tiny.yaml --stage all
     {{bin}}/or1 eval tiny/data/validation.parquet --model tiny/model --n 4 --temperature 1.0 --max-tokens 96 --out runs/tiny/eval/base
     {{bin}}/or1 eval tiny/data/validation.parquet --model runs/tiny/stage3/final --n 4 --temperature 1.0 --max-tokens 96 --out runs/tiny/eval/final
