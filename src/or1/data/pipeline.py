@@ -57,6 +57,8 @@ class Prepared:
 
 
 Verdict = tuple[str | None, str | None]  # (drop reason or None, detail)
+Tick = Callable[[int], None]  # advances a step's progress bar by that many rows
+Step = Callable[[DataSpec, list[Item], Tick], list[Verdict]]
 
 
 def prepare(
@@ -95,22 +97,20 @@ def prepare(
     try:
         with progress:
             items = _load(spec, ledger, progress)
-            steps: list[tuple[str, bool, Callable[[list[Item]], list[Verdict]]]] = [
-                ("verifiable", spec.filters.enabled, lambda xs: _verifiable(spec, xs)),
-                ("dedup", spec.dedup.enabled, lambda xs: _dedup(spec, xs)),
-                ("decontaminate", spec.decontaminate.enabled, lambda xs: _decontaminate(spec, xs)),
-                (
-                    "checks",
-                    spec.checks.math_answer or spec.checks.code_solution,
-                    lambda xs: _checks(spec, xs),
-                ),
+            steps: list[tuple[str, bool, Step]] = [
+                ("verifiable", spec.filters.enabled, _verifiable),
+                ("dedup", spec.dedup.enabled, _dedup),
+                ("decontaminate", spec.decontaminate.enabled, _decontaminate),
+                ("checks", spec.checks.math_answer or spec.checks.code_solution, _checks),
             ]
             for name, enabled, step in steps:
                 if enabled:
-                    items = _apply(name, items, step(items), ledger, progress)
+                    task = progress.add_task(name, total=len(items))
+                    verdicts = step(spec, items, lambda k, task=task: progress.advance(task, k))
+                    items = _apply(name, items, verdicts, ledger)
             if spec.difficulty.enabled:
                 verdicts, extra["difficulty"] = _difficulty(spec, items, out, ray_address, progress)
-                items = _apply("difficulty", items, verdicts, ledger, progress)
+                items = _apply("difficulty", items, verdicts, ledger)
     finally:
         ledger.close()
     files = _write_outputs(spec, items, out)
@@ -125,15 +125,13 @@ def prepare(
     return Prepared({name: p for name, (p, _) in files.items()}, report)
 
 
-def _apply(
-    name: str, items: list[Item], verdicts: list[Verdict], ledger: Ledger, progress: Progress
-) -> list[Item]:
+def _apply(name: str, items: list[Item], verdicts: list[Verdict], ledger: Ledger) -> list[Item]:
+    """Record each row's verdict in the ledger; the rows kept."""
     kept = []
     for item, (reason, detail) in zip(items, verdicts, strict=True):
         ledger.record(name, item.source.name, item.index, reason, detail)
         if reason is None:
             kept.append(item)
-    progress.add_task(name, total=len(items), completed=len(items))
     return kept
 
 
@@ -162,16 +160,17 @@ def _load(spec: DataSpec, ledger: Ledger, progress: Progress) -> list[Item]:
     return items
 
 
-def _verifiable(spec: DataSpec, items: list[Item]) -> list[Verdict]:
+def _verifiable(spec: DataSpec, items: list[Item], tick: Tick) -> list[Verdict]:
     rules = set(spec.filters.rules)
     verdicts: list[Verdict] = []
     for item in items:
         reason = filters.unverifiable_reason(item.row)
+        tick(1)
         verdicts.append((reason if reason in rules else None, None))
     return verdicts
 
 
-def _dedup(spec: DataSpec, items: list[Item]) -> list[Verdict]:
+def _dedup(spec: DataSpec, items: list[Item], tick: Tick) -> list[Verdict]:
     """Validation sources first, then train in spec order: the first occurrence of a problem is the one kept."""
     cfg = spec.dedup
     near = dedup.NearDuplicates(cfg.threshold, cfg.num_perm, cfg.shingle) if cfg.near else None
@@ -179,6 +178,7 @@ def _dedup(spec: DataSpec, items: list[Item]) -> list[Verdict]:
     verdicts: list[Verdict] = [(None, None)] * len(items)
     order = sorted(range(len(items)), key=lambda i: items[i].source.role != "validation")
     for i in order:
+        tick(1)
         item = items[i]
         text = filters.problem_text(item.row)
         where = f"{item.source.name}:{item.index}"
@@ -214,29 +214,32 @@ def evaluation_problems(spec: DataSpec) -> list[tuple[str, str]]:
     return named
 
 
-def _decontaminate(spec: DataSpec, items: list[Item]) -> list[Verdict]:
+def _decontaminate(spec: DataSpec, items: list[Item], tick: Tick) -> list[Verdict]:
     """Train rows that overlap an evaluation problem are dropped; validation rows are evaluation data themselves."""
     index = dedup.ContaminationIndex(evaluation_problems(spec), n=spec.decontaminate.ngram)
     verdicts: list[Verdict] = []
     for item in items:
         match = index.match(filters.problem_text(item.row)) if item.source.role == "train" else None
+        tick(1)
         verdicts.append((CONTAMINATED, f"overlaps {match}") if match else (None, None))
     return verdicts
 
 
-def _checks(spec: DataSpec, items: list[Item]) -> list[Verdict]:
-    rows = [item.row for item in items]
-    math = (
-        filters.check_math_answers(rows, spec.checks.workers)
-        if spec.checks.math_answer
-        else [None] * len(rows)
-    )
-    code = (
-        filters.check_code_solutions(rows, spec.checks.workers, spec.checks.sandbox)
-        if spec.checks.code_solution
-        else [None] * len(rows)
-    )
-    return [(m or c, None) for m, c in zip(math, code, strict=True)]
+def _checks(spec: DataSpec, items: list[Item], tick: Tick, chunk: int = 256) -> list[Verdict]:
+    """Reference checks in chunks (one progress update each): math answers, then code solutions."""
+    verdicts: list[Verdict] = []
+    for start in range(0, len(items), chunk):
+        rows = [item.row for item in items[start : start + chunk]]
+        none: list[str | None] = [None] * len(rows)
+        math = filters.check_math_answers(rows, spec.checks.workers) if spec.checks.math_answer else none
+        code = (
+            filters.check_code_solutions(rows, spec.checks.workers, spec.checks.sandbox)
+            if spec.checks.code_solution
+            else none
+        )
+        verdicts += [(m or c, None) for m, c in zip(math, code, strict=True)]
+        tick(len(rows))
+    return verdicts
 
 
 def _difficulty(

@@ -84,7 +84,11 @@ def write_report(out_dir: Path, name: str, ledger: Ledger, extra: dict[str, Any]
     difficulty = extra.get("difficulty") or {}
     if difficulty.get("histogram"):
         plot_solve_rates(
-            out_dir / "solve_rates.png", difficulty["histogram"], difficulty["n"], difficulty["model"]
+            out_dir / "solve_rates.png",
+            difficulty["histogram"],
+            difficulty["n"],
+            difficulty["model"],
+            tuple(difficulty["keep"]),
         )
     (out_dir / "report.md").write_text(_markdown(report))
     return report
@@ -106,7 +110,9 @@ def _markdown(report: dict[str, Any]) -> str:
         lines += [f"| {k} | {v} |" for k, v in difficulty["histogram"].items()]
         lines += [
             "",
-            f"kept range {difficulty['keep']}; counts from {difficulty['from']}",
+            f"Kept: solved {difficulty['keep'][0]} to {difficulty['keep'][1]} times. Counts: "
+            + ", ".join(f"{how} {count}" for how, count in difficulty["from"].items())
+            + ".",
             "",
             "![](solve_rates.png)",
         ]
@@ -120,8 +126,10 @@ def _reasons(dropped: dict[str, int]) -> str:
     return ", ".join(f"{reason} {count}" for reason, count in sorted(dropped.items())) or "-"
 
 
-def plot_solve_rates(path: Path, histogram: dict[str, int], n: int, model: str) -> None:
-    """A bar chart: how many problems the model solved k of n times, for each k."""
+def plot_solve_rates(
+    path: Path, histogram: dict[str, int], n: int, model: str, keep: tuple[int, int] = (0, -1)
+) -> None:
+    """A bar chart: how many problems the model solved k of n times, for each k; kept counts in blue."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -129,10 +137,11 @@ def plot_solve_rates(path: Path, histogram: dict[str, int], n: int, model: str) 
 
     counts = [histogram.get(str(k), 0) for k in range(n + 1)]
     fig, ax = plt.subplots(figsize=(6, 3.5))
-    ax.bar(range(n + 1), counts, color="#4c72b0")
+    colors = ["#4c72b0" if keep[0] <= k <= keep[1] else "#b0b0b0" for k in range(n + 1)]
+    ax.bar(range(n + 1), counts, color=colors)
     ax.set_xlabel(f"samples solved (of {n})")
     ax.set_ylabel("problems")
-    ax.set_title(f"Solve counts of {model}")
+    ax.set_title(f"Solve counts of {model} (grey: dropped)")
     ax.set_xticks(range(n + 1))
     fig.tight_layout()
     fig.savefig(path, dpi=100)
