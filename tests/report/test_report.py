@@ -204,3 +204,11 @@ def test_train_refreshes_the_report_without_failing_the_stage(finished_run: Path
     assert f"report: {finished_run / 'report.md'} (10 figures)" in out.getvalue()
     refresh_report(tmp_path / "nothing here", Console(file=out, width=1000))  # printed, not raised
     assert "or1 report" in out.getvalue() and "is not a directory" in out.getvalue()
+
+
+def test_evals_in_pipeline_order(finished_run: Path) -> None:
+    write_eval(finished_run, "stage2-final/validation", 0.55)  # or1 eval's default folder for stage 2's model
+    write_eval(finished_run, "stage1", 0.5)
+    labels = [e.label for e in read_run(finished_run).evals]
+    assert labels == ["base", "stage1", "stage2-final/validation", "final"]
+    assert read_run(finished_run).evals[0].estimates == {"avg@4": pytest.approx((0.4, 0.35, 0.45))}

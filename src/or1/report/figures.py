@@ -277,7 +277,7 @@ def render_overview(run: RunFiles, path: Path) -> bool:
         return False
     for panel, ax in zip(panels, axes, strict=True):
         _finish(ax, panel, run)
-    fig.suptitle(f"or1 run {run.recipe}: {run.path.name}", fontsize=12)
+    fig.suptitle(f"{run.recipe} ({run.path})", fontsize=12)
     fig.savefig(path)
     return True
 

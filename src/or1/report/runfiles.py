@@ -168,12 +168,12 @@ def read_evals(eval_dir: Path) -> list[EvalRun]:
 
 
 def _eval_order(run: EvalRun) -> tuple[int, int, str]:
-    name = run.label.split("/")[0]
-    if name == "base":
+    name = run.label.split("/")[0]  # base, stage2, stage2-final (or1 eval's default), final, ...
+    if name.startswith("base"):
         return 0, 0, run.label
-    if m := STAGE_DIR.fullmatch(name):
+    if m := STAGE_DIR.match(name):
         return 1, int(m.group(1)), run.label
-    return (2, 0, run.label) if name == "final" else (3, 0, run.label)
+    return (2, 0, run.label) if name.startswith("final") else (3, 0, run.label)
 
 
 def _number(value: Any) -> bool:
