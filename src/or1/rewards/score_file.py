@@ -2,18 +2,23 @@
 
 Every input row comes out again with `score` and `reason` added (all other fields carried through), in the
 format the output's extension names. A malformed row scores 0 with reason bad_input; only a missing or unreadable
-file is a user error. `format_summary` is the line the CLI prints to stderr afterwards.
+file is a user error. A line that is not valid UTF-8 is read with the bad bytes replaced (U+FFFD) and reported by
+line number; text that UTF-8 cannot hold (a lone surrogate such as "\\ud800" in JSON) is written escaped. The output
+is written to a temporary file and renamed into place, so it never holds half the rows, and it may not be the input.
+`format_summary` is the line the CLI prints to stderr afterwards.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 from or1.errors import UserError
+from or1.preflight import check_output_file
 from or1.rewards.result import Result
 from or1.rewards.score import score_batch
 
@@ -32,8 +37,12 @@ def _format_of(path: Path, role: str) -> str:
     return fmt
 
 
-def read_rows(path: Path) -> list[dict[str, Any]]:
-    """The rows of a jsonl or parquet file, as dicts. Raises UserError for a missing or unreadable file."""
+def read_rows(path: Path, warnings: list[str] | None = None) -> list[dict[str, Any]]:
+    """The rows of a jsonl or parquet file, as dicts. Raises UserError for a missing or unreadable file.
+
+    Lines of a jsonl file that are not valid UTF-8 are decoded with replacement characters; each is reported in
+    `warnings` by line number.
+    """
     fmt = _format_of(path, "INPUT")
     if not path.is_file():
         raise UserError(f"INPUT {path} does not exist; pass the path of a .jsonl or .parquet file.")
@@ -45,8 +54,17 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
         except Exception as err:  # pyarrow raises several types for a corrupt file
             raise UserError(f"INPUT {path} is not a readable parquet file ({type(err).__name__}).") from err
     rows = []
-    with path.open(encoding="utf-8") as handle:
-        for number, line in enumerate(handle, start=1):
+    with path.open("rb") as handle:
+        for number, raw in enumerate(handle, start=1):
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as err:
+                line = raw.decode("utf-8", errors="replace")
+                if warnings is not None:
+                    warnings.append(
+                        f"INPUT {path} line {number} is not valid UTF-8 (byte 0x{raw[err.start]:02x} at column "
+                        f"{err.start + 1}); read with the bad bytes replaced by U+FFFD"
+                    )
             if not line.strip():
                 continue
             try:
@@ -61,8 +79,34 @@ def read_rows(path: Path) -> list[dict[str, Any]]:
     return rows
 
 
+def _encodable(value: Any) -> Any:
+    """`value` with every string UTF-8 can hold; a lone surrogate is written as its escape, \\ud800."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return value.encode("utf-8", errors="backslashreplace").decode("utf-8")
+        return value
+    if isinstance(value, dict):
+        return {_encodable(k): _encodable(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_encodable(v) for v in value]
+    return value
+
+
+def _json_line(row: dict[str, Any]) -> str:
+    """One JSON line; a row holding a lone surrogate is written with ASCII escapes, which keep it exactly."""
+    line = json.dumps(row, ensure_ascii=False)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        line = json.dumps(row, ensure_ascii=True)
+    return line + "\n"
+
+
 def _column(pa: Any, values: list[Any]) -> Any:
     """An Arrow column; one whose values have mixed types (a malformed row's int `response`) becomes JSON text."""
+    values = [_encodable(v) for v in values]
     try:
         return pa.array(values)
     except (pa.ArrowInvalid, pa.ArrowTypeError):
@@ -72,20 +116,30 @@ def _column(pa: Any, values: list[Any]) -> Any:
 
 
 def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
-    """Write rows in the format of `path`'s extension, creating its folder if needed."""
+    """Write rows in the format of `path`'s extension, creating its folder if needed.
+
+    The rows go to a temporary file beside `path`, renamed over it only once complete.
+    """
     fmt = _format_of(path, "OUTPUT")
     path.parent.mkdir(parents=True, exist_ok=True)
-    if fmt == "parquet":
-        import pyarrow as pa
-        import pyarrow.parquet as pq
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    try:
+        if fmt == "parquet":
+            import pyarrow as pa
+            import pyarrow.parquet as pq
 
-        keys = list(dict.fromkeys(key for row in rows for key in row))  # every row's keys, first-seen order
-        columns = {key: _column(pa, [row.get(key) for row in rows]) for key in keys}
-        pq.write_table(pa.table(columns), path)
-        return
-    with path.open("w", encoding="utf-8") as handle:
-        for row in rows:
-            handle.write(json.dumps(row, ensure_ascii=False) + "\n")
+            keys = list(
+                dict.fromkeys(key for row in rows for key in row)
+            )  # every row's keys, first-seen order
+            columns = {key: _column(pa, [row.get(key) for row in rows]) for key in keys}
+            pq.write_table(pa.table(columns), tmp)
+        else:
+            with tmp.open("w", encoding="utf-8") as handle:
+                for row in rows:
+                    handle.write(_json_line(row))
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
 
 
 def _score_with_progress(
@@ -113,21 +167,29 @@ def score_file(
 
     `timeout` bounds each math verification; `code_timeout` each code test (None: the code reward's 6 s).
 
-    Summary keys: rows, counts (rows per reason), mean_score, seconds, rows_per_second.
+    Summary keys: rows, counts (rows per reason), mean_score, seconds, rows_per_second, warnings.
     """
     if workers < 1:
         raise UserError(f"--workers must be at least 1 (got {workers}).")
     if timeout <= 0:
         raise UserError(f"--timeout must be a positive number of seconds (got {timeout}).")
+    input_path, output_path = Path(input_path), Path(output_path)
     _format_of(output_path, "OUTPUT")
-    rows = read_rows(Path(input_path))
+    check_output_file(output_path, "OUTPUT")
+    if output_path.resolve() == input_path.resolve():
+        raise UserError(
+            f"OUTPUT {output_path} is the input file; write the scored rows to another path (-o), so the input "
+            "stays intact if scoring stops"
+        )
+    warnings: list[str] = []
+    rows = read_rows(input_path, warnings)
     started = time.perf_counter()
     results = _score_with_progress(rows, workers, timeout, code_timeout)
     seconds = time.perf_counter() - started
     for row, result in zip(rows, results, strict=True):
         row["score"] = result.score
         row["reason"] = result.reason
-    write_rows(Path(output_path), rows)
+    write_rows(output_path, rows)
     counts = Counter(result.reason for result in results)
     return {
         "rows": len(rows),
@@ -135,6 +197,7 @@ def score_file(
         "mean_score": sum(r.score for r in results) / len(results) if results else 0.0,
         "seconds": round(seconds, 3),
         "rows_per_second": round(len(rows) / seconds, 1) if seconds > 0 else 0.0,
+        "warnings": warnings,
     }
 
 

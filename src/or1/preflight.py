@@ -1,0 +1,196 @@
+"""Pre-flight checks: mistakes a user can make, caught in a second as one UserError, before any model or Ray starts.
+
+Each check reads only the file system (or opens one TCP connection with a short timeout), so `or1 train`, `or1 eval`,
+`or1 score`, `init-model` and `prepare-data` refuse a bad path or a dead cluster address at once instead of after
+minutes of worker start-up.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import socket
+from pathlib import Path
+
+from or1.config.schema import RunConfig
+from or1.errors import UserError
+
+WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.pt")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
+HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+RAY_CONNECT_TIMEOUT_S = 3.0
+HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+HTTP2_EMPTY_SETTINGS = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # length 0, type SETTINGS, no flags, stream 0
+HTTP2_SETTINGS = 4
+RAY_DEFAULT_PORT = 6379
+RAY_CLIENT_DEFAULT_PORT = 10001
+
+
+def check_model_folder(path: str | Path, role: str = "model") -> None:
+    """`path` is a local Hugging Face model folder: config.json with a model_type, weights and a tokenizer."""
+    folder = Path(path)
+    hint = "build one with or1 init-model, or download a hub model first (huggingface-cli download ID --local-dir DIR)"
+    if not folder.exists():
+        raise UserError(
+            f"{role} {folder} is not a model folder: it does not exist (relative to {Path.cwd()}); {hint}"
+        )
+    if not folder.is_dir():
+        raise UserError(f"{role} {folder} is not a model folder but a file; {hint}")
+    config = folder / "config.json"
+    if not config.is_file():
+        raise UserError(f"{role} {folder} is not a model folder (no config.json); {hint}")
+    try:
+        data = json.loads(config.read_text(encoding="utf-8"))
+    except (ValueError, UnicodeDecodeError):
+        raise UserError(f"{role} {folder}: config.json is not valid JSON; {hint}") from None
+    if not isinstance(data, dict) or not data.get("model_type"):
+        raise UserError(
+            f"{role} {folder}: config.json names no model_type, so it is not a model folder; {hint}"
+        )
+    if not any(any(folder.glob(pattern)) for pattern in WEIGHT_PATTERNS):
+        raise UserError(f"{role} {folder} has no weights (*.safetensors or pytorch_model*.bin); {hint}")
+    if not any((folder / name).is_file() for name in TOKENIZER_FILES):
+        raise UserError(f"{role} {folder} has no tokenizer (tokenizer.json or tokenizer_config.json); {hint}")
+
+
+def check_eval_model(model: str | Path, timeout: float = 5.0) -> None:
+    """`or1 eval --model`: a local model folder, or a hub id (owner/name) that is cached or answers within
+    `timeout` seconds, instead of minutes of hub retries for a mistyped path."""
+    text = str(model)
+    if Path(text).exists() or not HUB_ID.fullmatch(text):
+        check_model_folder(text, "--model")
+        return
+    from huggingface_hub import model_info, try_to_load_from_cache
+
+    if isinstance(try_to_load_from_cache(text, "config.json"), str):
+        return
+    try:
+        model_info(text, timeout=timeout)
+    except Exception as err:  # offline, unknown id, gated: each raises its own type
+        raise UserError(
+            f"--model {text} is neither a local folder nor a reachable hub model ({type(err).__name__}); pass a "
+            "model folder, or download it first (huggingface-cli download ID --local-dir DIR)"
+        ) from None
+
+
+def check_output_folder(path: str | Path, flag: str) -> None:
+    """`path` can be a folder: it is one already, or its nearest existing parent is a folder."""
+    path = Path(path)
+    if path.exists() and not path.is_dir():
+        raise UserError(f"{flag} {path} is a file; pass a folder (a new or existing directory)")
+    _check_parents(path, flag)
+
+
+def check_output_file(path: str | Path, flag: str) -> None:
+    """`path` can be written as a file: it is not a folder, and its nearest existing parent is a folder."""
+    path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{flag} {path} is a folder; pass a file path")
+    _check_parents(path, flag)
+
+
+def _check_parents(path: Path, flag: str) -> None:
+    for parent in path.parents:
+        if parent.exists():
+            if not parent.is_dir():
+                raise UserError(f"{flag} {path}: {parent} is a file, not a folder; choose another path")
+            if not os.access(parent, os.W_OK):
+                raise UserError(f"{flag} {path}: cannot write in {parent}; choose another path")
+            return
+
+
+def require_wandb():  # noqa: ANN201 - the wandb module, an optional dependency
+    """The wandb module, or a UserError naming the extra to install."""
+    try:
+        import wandb
+    except ImportError:
+        raise UserError(
+            "trainer.loggers includes wandb, which is not installed; pip install 'or1[wandb]' "
+            "or drop wandb from trainer.loggers"
+        ) from None
+    return wandb
+
+
+def check_ray_address(address: str | None, timeout: float = RAY_CONNECT_TIMEOUT_S) -> None:
+    """A --ray-address that names a cluster answers a TCP connection within `timeout` seconds (None: local Ray)."""
+    if address is None or address == "local":
+        return
+    flag = f"--ray-address {address}"
+    if address == "auto":
+        address = os.environ.get("RAY_ADDRESS") or _current_cluster_address()
+        if not address:
+            raise UserError(
+                f"{flag}: no running Ray cluster found on this node (start one with `ray start --head`, set "
+                "RAY_ADDRESS, or leave --ray-address out to train on a private local Ray)"
+            )
+    host, port = _host_port(address)
+    try:
+        conn = socket.create_connection((host, port), timeout=timeout)
+    except OSError as err:
+        raise UserError(
+            f"{flag}: nothing answers at {host}:{port} within {timeout:g} s ({err.strerror or err}); check the "
+            "address and that the cluster is up (ray status), or leave --ray-address out for a local Ray"
+        ) from None
+    # Ray's GCS and client server speak gRPC: an HTTP/2 server answers a client preface with SETTINGS
+    with conn:
+        try:
+            conn.sendall(HTTP2_PREFACE + HTTP2_EMPTY_SETTINGS)
+            reply = conn.recv(9)
+        except OSError:
+            reply = b""
+    if len(reply) < 4 or reply[3] != HTTP2_SETTINGS:
+        raise UserError(
+            f"{flag}: {host}:{port} accepts connections but does not answer as a Ray cluster (no gRPC reply "
+            f"within {timeout:g} s); check the address and port (ray status), or leave --ray-address out"
+        )
+
+
+def _host_port(address: str) -> tuple[str, int]:
+    client = address.startswith("ray://")
+    rest = address.removeprefix("ray://").split("/")[0]
+    host, _, port = rest.rpartition(":")
+    if not host:
+        host, port = rest, ""
+    default = RAY_CLIENT_DEFAULT_PORT if client else RAY_DEFAULT_PORT
+    try:
+        return host.strip("[]"), int(port) if port else default
+    except ValueError:
+        raise UserError(f"--ray-address {address}: expected host:port, ray://host:port or auto") from None
+
+
+def _current_cluster_address() -> str | None:
+    """The address `ray start` records for this node (Ray's own file), if a cluster was started here."""
+    recorded = Path(os.environ.get("RAY_TMPDIR", "/tmp")) / "ray" / "ray_current_cluster"
+    if recorded.is_file():
+        return recorded.read_text().strip() or None
+    return None
+
+
+def check_train(cfg: RunConfig, run_dir: Path | None, ray_address: str | None) -> None:
+    """What `or1 train` checks before importing the trainer: the run folder (None: not chosen yet), the cluster
+    address and the loggers. The model and data checks follow in `or1.trainer.run.check_runnable`."""
+    if run_dir is not None:
+        check_output_folder(run_dir, "--run-dir")
+    check_ray_address(ray_address)
+    if "wandb" in cfg.trainer.loggers:
+        require_wandb()
+
+
+def check_data_files(cfg: RunConfig) -> None:
+    for f in cfg.data.train_files:
+        if not Path(f).is_file():
+            raise UserError(
+                f"data.train_files: {f} is not a file (relative to {Path.cwd()}); write it first "
+                "(or1 prepare-data --preset tiny for the tiny recipe) or fix the path"
+            )
+
+
+def check_cpu_inputs(cfg: RunConfig) -> None:
+    """For a CPU recipe: its data files, and the start model of stage 1. (A GPU recipe on a CPU machine gets the
+    GPU error first, from the trainer's own checks.)"""
+    if cfg.trainer.device == "cuda" or cfg.rollout.engine != "hf":
+        return
+    check_data_files(cfg)
+    if cfg.stage.index == 1:
+        check_model_folder(cfg.model.path, "model.path:")
