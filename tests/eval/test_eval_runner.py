@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
+import signal
 import subprocess
 import sys
 import textwrap
@@ -227,10 +228,43 @@ def test_evaluate_rows_for_training_validation() -> None:
         evaluate_rows(rows, lambda p, n: [["x"]] * 2, 3)
 
 
-def test_default_out_follows_the_run_layout() -> None:
+def test_default_out_follows_the_run_layout_and_never_mixes_two_models() -> None:
+    import hashlib
+
     from or1.eval.runner import default_out
 
-    assert default_out(Path("runs/exp1/stage2/final"), "aime24") == Path("runs/exp1/eval/aime24")
+    assert default_out(Path("runs/exp1/stage2/final"), "aime24") == Path("runs/exp1/eval/stage2-final/aime24")
+    assert default_out(Path("runs/exp1/stage1/final"), "aime24") == Path("runs/exp1/eval/stage1-final/aime24")
+    digest = hashlib.sha256(b"/models/DeepSeek-R1-Distill-Qwen-7B").hexdigest()[:8]
     assert default_out(Path("/models/DeepSeek-R1-Distill-Qwen-7B/"), "aime24") == Path(
-        "runs/eval/DeepSeek-R1-Distill-Qwen-7B/aime24"
+        f"runs/eval/DeepSeek-R1-Distill-Qwen-7B-{digest}/aime24"
     )
+    # two folders both called `final` (say, from two experiments) get two caches
+    assert default_out(Path("/a/final"), "aime24") != default_out(Path("/b/final"), "aime24")
+
+
+@pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
+def test_ctrl_c_saves_the_batch_in_progress_and_stops(setup: dict, signum: int) -> None:
+    """The signal arrives during the second batch: that batch is still scored and saved, then the run stops with
+    Interrupted (the CLI's exit 130 / 143), and a rerun generates only the missing samples."""
+    from or1.stop import Interrupted
+
+    sampler = setup["sampler"]
+    real = FakeSampler.__call__
+
+    def signalled(self: FakeSampler, prompts: list, seed: int) -> list[Completion]:
+        if self.calls == 1:  # the second call
+            os.kill(os.getpid(), signum)
+        return real(self, prompts, seed)
+
+    setup["monkeypatch"].setattr(FakeSampler, "__call__", signalled)
+    with pytest.raises(Interrupted, match=r"stopped after 10 of 12 samples") as stop:
+        run(setup)
+    assert stop.value.exit_code == 128 + signum
+    assert sampler.calls == 2 and len(records(setup["out"])) == 10  # both batches of 5 kept
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # pytest's handler is back
+    resumed = FakeSampler()
+    setup["monkeypatch"].setattr(runner, "load_sampler", lambda *a: resumed)
+    setup["monkeypatch"].setattr(FakeSampler, "__call__", real)
+    run(setup)
+    assert resumed.prompts == 2 and len(records(setup["out"])) == 12

@@ -2,7 +2,8 @@
 
 `run_eval` is what `or1 eval` calls. Generation is cached per (problem, sample index) in samples.jsonl and scored
 as it goes, so a killed run restarts where it stopped; samples are drawn sample-index-major (every problem's first
-sample, then every second one...) so even a partial run covers every problem. `evaluate_rows` is the cache-free
+sample, then every second one...) so even a partial run covers every problem. Ctrl-C (or SIGTERM) finishes and saves
+the batch in progress, then stops with `Interrupted`; a second Ctrl-C exits at once. `evaluate_rows` is the cache-free
 core the trainer calls for validation, with its own rollout path as `generate_fn`.
 """
 
@@ -34,6 +35,7 @@ from or1.eval.protocols import PROTOCOLS, EvalSampling, resolve_sampling
 from or1.eval.report import environment, model_fingerprint, now, write_outputs
 from or1.eval.samples import SAMPLES_FILE, SampleCache, SampleRecord
 from or1.eval.scoring import group_problems, score_completions
+from or1.stop import StopFlag
 
 Unit = tuple[dict[str, Any], str, int]  # (row, problem_id, sample_index)
 
@@ -50,12 +52,17 @@ def unit_seed(seed: int, unit: Unit) -> int:
 
 
 def default_out(model: Path, benchmark: str) -> Path:
-    """runs/<name>/eval/<benchmark>/ for a model inside a run folder (DESIGN.md), else runs/eval/<model>/<benchmark>/."""
+    """The output folder named after the model, so two models never share one (or its sample cache).
+
+    A model inside a run folder: runs/<name>/eval/<its path in the run, e.g. stage2-final>/<benchmark>/; any other:
+    runs/eval/<folder name>-<8 hex digits of its absolute path's sha256>/<benchmark>/.
+    """
     path = Path(str(model).rstrip("/"))
     for parent in path.parents:
         if parent.parent.name == "runs" and parent.name != "eval":
-            return parent / "eval" / Path(benchmark).stem
-    return Path("runs") / "eval" / (path.name or "model") / Path(benchmark).stem
+            return parent / "eval" / "-".join(path.relative_to(parent).parts) / Path(benchmark).stem
+    digest = hashlib.sha256(str(path.resolve()).encode()).hexdigest()[:8]
+    return Path("runs") / "eval" / f"{path.name or 'model'}-{digest}" / Path(benchmark).stem
 
 
 def run_eval(
@@ -112,8 +119,19 @@ def run_eval(
     ]
     reused = len(rows) * sampling.n - len(todo)
     if todo:
-        sampler = load_sampler(engine, model, sampling)
-        _generate(todo, sampler, cache, sampling, batch_size or DEFAULT_BATCH[engine], workers, show_progress)
+        stop = StopFlag("finishing and saving the current batch, then stopping")
+        with stop.watching():
+            sampler = load_sampler(engine, model, sampling)
+            _generate(
+                todo,
+                sampler,
+                cache,
+                sampling,
+                batch_size or DEFAULT_BATCH[engine],
+                workers,
+                show_progress,
+                stop,
+            )
     records = [cache.records[(pid, k)] for pid in ids for k in range(sampling.n)]
     metrics = compute_metrics(
         group_problems(ids, records, sampling.n), seed=seed, with_majority=bench.ability == "math"
@@ -152,8 +170,9 @@ def _generate(
     batch: int,
     workers: int,
     show: bool,
+    stop: StopFlag | None = None,
 ) -> None:
-    """Sample, score and append `todo` in batches, with a progress bar and ETA."""
+    """Sample, score and append `todo` in batches, with a progress bar and ETA; stop between batches on request."""
     columns = (
         TextColumn("sampling"),
         BarColumn(),
@@ -165,6 +184,10 @@ def _generate(
     with Progress(*columns, disable=not show, transient=False) as progress:
         task = progress.add_task("sampling", total=len(todo))
         for start in range(0, len(todo), batch):
+            if stop is not None:
+                stop.raise_if_requested(
+                    f"stopped after {start} of {len(todo)} samples, all saved in {cache.path}"
+                )
             units = todo[start : start + batch]
             completions = sampler([row["prompt"] for row, _, _ in units], unit_seed(sampling.seed, units[0]))
             cache.add(score_completions(units, completions, workers=workers))
