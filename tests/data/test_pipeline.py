@@ -203,3 +203,37 @@ def test_benchmarks_decontaminated_against_themselves_keep_nothing(tmp_path: Pat
         "amc": {"contaminated": 83},
         "livecodebench": {"contaminated": 279},
     }
+
+
+def test_a_hub_source_missing_offline_is_one_clear_line(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    import datasets.config
+
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    spec = write_spec(
+        tmp_path / "hub.yaml", {"name": "hub", "sources": [{"name": "x", "hub": "nobody/no-such-set"}]}
+    )
+    result = CliRunner().invoke(app, ["prepare-data", "--spec", str(spec), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "cannot load nobody/no-such-set" in result.output and "HF_HUB_OFFLINE" in result.output
+
+
+def test_a_hub_source_reads_through_datasets(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`hub:` goes through datasets.load_dataset (here a local dataset folder, so no network is needed)."""
+    import datasets.config
+
+    monkeypatch.setattr(datasets.config, "HF_DATASETS_CACHE", tmp_path / "cache")
+    folder = tmp_path / "deepscaler"
+    folder.mkdir()
+    records = [{"problem": f"What is {i} plus {i}?", "answer": str(2 * i), "solution": ""} for i in range(5)]
+    write_jsonl(folder / "train.jsonl", [json.dumps(r) for r in records])
+    spec = {
+        "name": "hub",
+        "sources": [{"name": "ds", "hub": str(folder), "split": "train", "adapter": "deepscaler"}],
+        "decontaminate": {"enabled": False},
+    }
+    prepared = prepare(write_spec(tmp_path / "hub.yaml", spec), tmp_path / "out")
+    assert prepared.report["sources"]["ds"] == {"in": 5, "kept": 5, "dropped": {}}
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["inputs"][0]["origin"] == f"hub:{folder}:train" and manifest["inputs"][0]["revision"]
