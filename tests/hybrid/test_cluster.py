@@ -15,7 +15,11 @@ def calls(monkeypatch):
     state = {"up": False}
 
     def init(address=None, **kwargs):
-        log.append(("init", {"address": address, "pythonpath": os.environ.get("PYTHONPATH"), **kwargs}))
+        env = {
+            "pythonpath": os.environ.get("PYTHONPATH"),
+            **{k: os.environ.get(k) for k in cluster.QUIET_WORKER_ENV},
+        }
+        log.append(("init", {"address": address, **env, **kwargs}))
         state["up"] = True
 
     def shutdown():
@@ -36,6 +40,10 @@ def test_local_session_starts_quiet_ray_and_stops_it_on_keyboard_interrupt(calls
     (kind, options), (last, _) = calls
     assert kind == "init" and last == "shutdown"
     assert options["num_cpus"] == 2 and options["include_dashboard"] is False
+    assert options["address"] == "local"  # a private Ray even when another one runs on this machine
+    assert (
+        options["HF_HUB_DISABLE_PROGRESS_BARS"] == "1"
+    )  # workers inherit it: no loading bars in the console
     # The local raylet (and so every worker) is spawned with the source tree on its path; ours is restored.
     assert options["pythonpath"] == f"{SOURCE_ROOT}{os.pathsep}/mine" and os.environ["PYTHONPATH"] == "/mine"
 

@@ -15,6 +15,8 @@ import or1
 
 # src/ of the checkout this or1 was imported from: workers put it on their path to import the same code.
 SOURCE_ROOT = Path(or1.__file__).resolve().parent.parent
+# Worker processes' console output reaches the driver's: keep model-loading progress bars out of it.
+QUIET_WORKER_ENV = {"HF_HUB_DISABLE_PROGRESS_BARS": "1"}
 
 
 def worker_pythonpath(existing: str | None = None) -> str:
@@ -27,7 +29,7 @@ def worker_pythonpath(existing: str | None = None) -> str:
 def worker_runtime_env(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     """The runtime_env of or1 workers in a joined cluster: `extra` with the source tree first on PYTHONPATH."""
     extra = dict(extra or {})
-    env_vars = dict(extra.pop("env_vars", {}))
+    env_vars = {**QUIET_WORKER_ENV, **extra.pop("env_vars", {})}
     env_vars["PYTHONPATH"] = worker_pythonpath(env_vars.get("PYTHONPATH") or os.environ.get("PYTHONPATH"))
     return {**extra, "env_vars": env_vars}
 
@@ -57,8 +59,9 @@ def ray_session(
         options.update(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False)
         if runtime_env:
             options["runtime_env"] = runtime_env
-        with _inherited_pythonpath():
-            ray.init(**options)
+        with _inherited_worker_env():
+            # "local": always a private Ray, never one that another process or `ray start` left on this machine
+            ray.init(address="local", **options)
     else:
         ray.init(address=address, runtime_env=worker_runtime_env(runtime_env), **options)
     try:
@@ -68,15 +71,18 @@ def ray_session(
 
 
 @contextmanager
-def _inherited_pythonpath() -> Iterator[None]:
+def _inherited_worker_env() -> Iterator[None]:
     # A local Ray's workers inherit the environment of the raylet ray.init spawns; a job runtime_env instead would
     # make Ray start every actor process through its runtime-env agent, seconds slower each.
-    before = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = worker_pythonpath(before)
+    changes = {**QUIET_WORKER_ENV, "PYTHONPATH": worker_pythonpath(os.environ.get("PYTHONPATH"))}
+    changes = {k: v for k, v in changes.items() if k == "PYTHONPATH" or k not in os.environ}  # the user's win
+    before = {key: os.environ.get(key) for key in changes}
+    os.environ.update(changes)
     try:
         yield
     finally:
-        if before is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = before
+        for key, value in before.items():
+            if value is None:
+                del os.environ[key]
+            else:
+                os.environ[key] = value
