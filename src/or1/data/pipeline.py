@@ -14,7 +14,7 @@ import platform
 import random
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
@@ -45,7 +45,6 @@ class Item:
     source: SourceSpec
     index: int
     row: dict[str, Any]
-    detail: dict[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True)
