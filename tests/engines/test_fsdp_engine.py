@@ -162,3 +162,32 @@ def test_checkpoint_is_hf_loadable_and_world_size_independent(tmp_path: Path, mo
     opt_one = torch.load(resaved / "optimizer.pt", weights_only=False)["optimizer"]["state"]
     for name, state in opt_two.items():
         torch.testing.assert_close(opt_one[name]["exp_avg_sq"], state["exp_avg_sq"], atol=0, rtol=0)
+
+
+def _first_step_rank(_rank: int, init_file: str, model_dir: str, folder: str, out_file: str) -> None:
+    """Three engines take their first step: one straight, one after saving a checkpoint, one loaded from that."""
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=0, world_size=1)
+    torch.set_num_threads(1)
+    batch, settings = make_batch(8), TrainSettings(lr=LR, micro_batch_size=8)
+    params = {}
+    for kind in ("straight", "saved", "loaded"):
+        engine = FSDPTrainEngine(model_dir, settings)
+        if kind == "saved":
+            engine.save(Path(folder))
+        elif kind == "loaded":
+            engine.load(Path(folder))
+        engine.train_step(batch, LossConfig(), temperature=1.0)
+        params[kind] = {name: t.clone() for name, t in engine.named_full_params()}
+    torch.save(params, out_file)
+    dist.destroy_process_group()
+
+
+def test_a_checkpoint_before_the_first_step_leaves_that_step_alone(tmp_path: Path, model_dir: Path) -> None:
+    """Saving (or resuming from) a checkpoint whose optimizer never stepped must not start Adam's state early:
+    a stage stopped before its first update then resumed ends with the same weights as one never stopped."""
+    out = tmp_path / "params.pt"
+    mp.spawn(_first_step_rank, args=(str(tmp_path / "pg"), str(model_dir), str(tmp_path / "ckpt"), str(out)))
+    params = torch.load(out, weights_only=False)
+    for name, value in params["straight"].items():
+        torch.testing.assert_close(params["saved"][name], value, atol=0, rtol=0)
+        torch.testing.assert_close(params["loaded"][name], value, atol=0, rtol=0)

@@ -260,8 +260,10 @@ class FSDPEngine:
         state = self.full_state_dict()
         optim = None
         if with_optimizer and self.optimizer is not None:
-            options = StateDictOptions(full_state_dict=True, cpu_offload=True)
-            optim = get_optimizer_state_dict(self.model, self.optimizer, options=options)
+            optim = {}
+            if self.optimizer.state:  # gathering a state-less optimizer would initialise it (Adam at step 1)
+                options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+                optim = get_optimizer_state_dict(self.model, self.optimizer, options=options)
         if self.rank == 0:
             folder.mkdir(parents=True, exist_ok=True)
             save_torch_state_dict(state, folder)
@@ -293,11 +295,13 @@ class FSDPEngine:
             raise ValueError(f"{folder}: checkpoint lacks {sorted(missing)[:5]}")
         if self.optimizer is None:
             return
-        flag = torch.tensor([1 if saved else 0])
+        flag = torch.tensor([0 if not saved else 2 if saved.get("optimizer") else 1])
         dist.broadcast(flag, 0)
         if not int(flag):
             return
-        set_optimizer_state_dict(self.model, self.optimizer, saved.get("optimizer", {}), options=options)
+        # flag 1: saved before the first step, so no state to set (setting an empty one would initialise it)
+        if int(flag) == 2:
+            set_optimizer_state_dict(self.model, self.optimizer, saved.get("optimizer", {}), options=options)
         holder = [saved.get("scheduler")]
         dist.broadcast_object_list(holder, 0)
         self.scheduler.load_state_dict(holder[0])
