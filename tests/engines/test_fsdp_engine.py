@@ -14,7 +14,7 @@ import torch.multiprocessing as mp
 from or1.algos.losses import LossConfig, token_log_probs
 from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
 from or1.hybrid.batch import Batch
-from or1.models.loading import load_causal_lm
+from or1.engines.loading import load_causal_lm
 from or1.workers.actor_rollout_ref import pack_sequences
 
 PROMPT_W, RESPONSE_W = 12, 16

@@ -7,7 +7,7 @@ import torch
 from or1.data.synthetic import math_validation_rows
 from or1.engines.hf_rollout import HFRolloutEngine, SamplingParams, sample_next
 from or1.errors import UserError
-from or1.models.loading import load_causal_lm, load_tokenizer
+from or1.engines.loading import load_causal_lm, load_tokenizer
 from or1.models.warmstart import prompt_ids
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=40)
@@ -117,14 +117,26 @@ def test_custom_stop_tokens(world):
 def test_sample_next_respects_top_p_and_temperature():
     logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(4000, 1)
     gen = torch.Generator().manual_seed(0)
-    assert set(sample_next(logits, 1.0, 0.7, gen).tolist()) == {0, 1}
-    assert set(sample_next(logits, 1.0, 0.85, gen).tolist()) == {0, 1, 2}
-    counts = torch.bincount(sample_next(logits, 1.0, 1.0, gen), minlength=4) / 4000
+    assert set(sample_next(logits, 1.0, 0.7, gen)[0].tolist()) == {0, 1}
+    assert set(sample_next(logits, 1.0, 0.85, gen)[0].tolist()) == {0, 1, 2}
+    counts = torch.bincount(sample_next(logits, 1.0, 1.0, gen)[0], minlength=4) / 4000
     assert torch.allclose(counts, torch.tensor([0.5, 0.3, 0.15, 0.05]), atol=0.03)
-    sharp = torch.bincount(sample_next(logits, 0.5, 1.0, gen), minlength=4) / 4000
+    sharp = torch.bincount(sample_next(logits, 0.5, 1.0, gen)[0], minlength=4) / 4000
     assert sharp[0] == pytest.approx(0.25 / (0.25 + 0.09 + 0.0225 + 0.0025), abs=0.03)
-    assert sample_next(logits[:2], 0.0, 1.0, None).tolist() == [0, 0]
+    assert sample_next(logits[:2], 0.0, 1.0, None)[0].tolist() == [0, 0]
     assert not math.isnan(float(counts.sum()))
+
+
+def test_sample_next_returns_the_log_prob_under_the_sampling_distribution():
+    """Temperature and top_p applied, then renormalised: the quantity vLLM's processed_logprobs reports."""
+    logits = torch.log(torch.tensor([[0.5, 0.3, 0.15, 0.05]])).repeat(200, 1)
+    gen = torch.Generator().manual_seed(0)
+    tokens, log_probs = sample_next(logits, 1.0, 0.7, gen)  # nucleus {0, 1}: 0.5 / 0.8 and 0.3 / 0.8
+    expected = torch.tensor([math.log(0.5 / 0.8), math.log(0.3 / 0.8)])[tokens]
+    assert torch.allclose(log_probs, expected, atol=1e-6)
+    tokens, log_probs = sample_next(logits, 0.5, 1.0, gen)  # p^2 renormalised
+    squares = torch.tensor([0.25, 0.09, 0.0225, 0.0025])
+    assert torch.allclose(log_probs, (squares / squares.sum()).log()[tokens], atol=1e-6)
 
 
 def test_load_weights_copies_in_place(world):

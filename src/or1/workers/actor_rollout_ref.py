@@ -1,14 +1,15 @@
 """The hybrid worker: actor (FSDP2 training engine), rollout engine and, only when a KL term is on, reference policy.
 
 One instance per data-parallel rank, all three roles in the same process so weights move from training to sampling
-in memory: before every generation the rollout engine receives `engine.named_full_params()` through
-`load_weights`, the same path the vLLM engine uses on GPU. The controller calls the @register methods through a
-WorkerGroup; DP_COMPUTE methods see only this rank's share of the batch.
+in memory: before a generation that follows an update, the rollout engine (`rollout.engine`: the HF loop or vLLM)
+receives the actor's weights through `load_weights(actor.named_full_params())`, streamed layer by layer. The
+controller calls the @register methods through a WorkerGroup; DP_COMPUTE methods see only this rank's share.
 
-Columns produced by `generate_sequences` (B = prompts x n, P = max_prompt_length, R = max_response_length):
+Columns produced by `generate_sequences` (B = prompts x n, P = max_prompt_length, R = the response budget):
 tensors `input_ids` / `attention_mask` [B, P + R] (prompt left-padded, response right-padded), `responses`,
-`response_mask` [B, R], `truncated`, `response_length` [B]; non-tensor `uid` (one per prompt: the GRPO group),
-`response_text`, and every non-tensor column of the prompts (repeated n times).
+`response_mask`, `rollout_log_probs` [B, R] (the sampler's own log-probs), `truncated`, `response_length` [B];
+non-tensor `uid` (one per prompt: the GRPO group), `response_text`, and every non-tensor column of the prompts
+(repeated n times).
 """
 
 from __future__ import annotations
@@ -19,15 +20,16 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.distributed as dist
 
 from or1.algos.losses import LossConfig
 from or1.config.schema import RunConfig
 from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
-from or1.engines.hf_rollout import HFRolloutEngine, SamplingParams
+from or1.engines.loading import load_causal_lm, load_tokenizer
+from or1.engines.rollout import RolloutEngine, SamplingParams, stop_ids_of
 from or1.hybrid.batch import Batch
 from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.worker import Worker
-from or1.models.loading import load_causal_lm, load_tokenizer
 
 MODEL_DIR = "model"  # inside a checkpoint folder: the HF model (+ optimizer.pt)
 TRAIN_COLUMNS = ("input_ids", "attention_mask", "responses", "response_mask")
@@ -46,22 +48,59 @@ class ActorRolloutRefWorker(Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self) -> dict[str, Any]:
-        """Load tokenizer, FSDP2 actor, the rollout's own plain model copy and (KL only) the reference policy."""
+        """Load tokenizer, FSDP2 actor, the rollout engine and (KL only) the reference policy."""
         torch.manual_seed(self.cfg.trainer.seed + self.rank)
         settings = TrainSettings.from_config(self.cfg)
         self.tokenizer = load_tokenizer(self.model_path)
         self.actor = FSDPTrainEngine(self.model_path, settings, device=str(self.device))
-        rollout_model = load_causal_lm(self.model_path, dtype=self.actor.model.dtype).to(self.device)
-        self.rollout = HFRolloutEngine(
-            rollout_model, self.tokenizer, micro_batch_size=self.cfg.rollout.micro_batch_size
-        )
+        self.rollout = self._build_rollout(settings.dtype)
+        # The rollout starts from the same folder as the actor; weights move again only after they change.
+        self.weights_version = self.rollout_version = 0
         kl = self.cfg.algorithm.kl
         self.ref = (
             FSDPTrainEngine(self.model_path, settings, trainable=False, device=str(self.device))
             if kl.enabled
             else None
         )
-        return {"rank": self.rank, "parameters": sum(p.numel() for p in rollout_model.parameters())}
+        return {"rank": self.rank, "parameters": sum(p.numel() for p in self.actor.model.parameters())}
+
+    def _build_rollout(self, dtype: str) -> RolloutEngine:
+        r = self.cfg.rollout
+        tp = r.tensor_parallel_size if r.engine == "vllm" else 1
+        if self.world_size % tp:
+            raise ValueError(f"rollout.tensor_parallel_size {tp} does not divide the {self.world_size} ranks")
+        # Ranks [g*tp, (g+1)*tp) form tensor-parallel group g: they sample the same prompts together.
+        self.tp_size, self.tp_rank, self.tp_index = tp, self.rank % tp, self.rank // tp
+        groups = (
+            [dist.new_group(list(range(g, g + tp))) for g in range(0, self.world_size, tp)] if tp > 1 else []
+        )
+        self.tp_group = groups[self.tp_index] if groups else None
+        pad_id = self.tokenizer.pad_token_id
+        pad_id = self.tokenizer.eos_token_id if pad_id is None else pad_id
+        if r.engine == "vllm":
+            from or1.engines.vllm_rollout import VLLMRolloutEngine
+
+            return VLLMRolloutEngine(
+                self.model_path,
+                stop_ids_of(self.model_path, self.tokenizer),
+                pad_token_id=pad_id,
+                dtype=dtype,
+                max_model_len=self.cfg.data.max_prompt_length + self._longest_response(),
+                seed=self.cfg.trainer.seed,
+                tensor_parallel_size=tp,
+                gpu_memory_utilization=r.gpu_memory_utilization,
+                cpu_kv_cache_gib=r.cpu_kv_cache_gib,
+                distributed=True,  # every rank builds its engine in this same call (ONE_TO_ALL)
+            )
+        from or1.engines.hf_rollout import HFRolloutEngine
+
+        model = load_causal_lm(self.model_path, dtype=self.actor.model.dtype).to(self.device)
+        return HFRolloutEngine(model, self.tokenizer, micro_batch_size=r.micro_batch_size)
+
+    def _longest_response(self) -> int:
+        """The largest budget this worker samples with: training's, or validation's when larger."""
+        validation = getattr(self.cfg.data.validation, "max_response_length", None) or 0
+        return max(self.cfg.rollout.max_response_length, validation)
 
     # ---- rollout ---------------------------------------------------------------------------------------------------
     @register(Dispatch.DP_COMPUTE)
@@ -69,15 +108,17 @@ class ActorRolloutRefWorker(Worker):
         """Sample rollout.n responses per prompt with the current actor weights.
 
         meta: step and seed (the sampling seed derives from them), and optionally `sampling` overriding n,
-        temperature and top_p (validation).
+        temperature, top_p and max_response_length (validation).
         """
         self.rollout.wake_up()
-        self.rollout.load_weights(
-            self.actor.named_full_params()
-        )  # collective: every rank streams every tensor
+        if self.rollout_version != self.weights_version:  # collective: every rank streams every tensor
+            self.rollout.load_weights(self.actor.named_full_params())
+            self.rollout_version = self.weights_version
         r = self.cfg.rollout
         seed = _mix(
-            int(prompts.meta.get("seed", self.cfg.trainer.seed)), int(prompts.meta.get("step", 0)), self.rank
+            int(prompts.meta.get("seed", self.cfg.trainer.seed)),
+            int(prompts.meta.get("step", 0)),
+            self.tp_index,
         )
         override = prompts.meta.get("sampling", {})  # validation: its own n / temperature / top_p / budget
         n = int(override.get("n", r.n))
@@ -91,20 +132,36 @@ class ActorRolloutRefWorker(Worker):
             seed=seed,
         )
         prompt_ids = [list(p) for p in prompts["prompt_ids"]]
-        out = self.rollout.generate_ids(prompt_ids, sampling)
+        group_prompts, mine = self._tensor_parallel_share(prompt_ids)
+        out = self.rollout.generate_ids(group_prompts, sampling)
         self.rollout.sleep()
+        rows = slice(mine.start * n, mine.stop * n)
+        responses, truncated = out.responses[rows], out.truncated[rows]
+        log_probs = out.log_probs[rows] if out.log_probs is not None else [[0.0] * len(x) for x in responses]
         repeated = prompts.drop(["prompt_ids"]).repeat(n, interleave=True)
-        rows = [p for p in prompt_ids for _ in range(n)]
         tensors = pack_sequences(
-            rows,
-            out.responses,
+            [p for p in prompt_ids for _ in range(n)],
+            responses,
             self.cfg.data.max_prompt_length,
             budget,
             self.rollout.pad_token_id,
         )
-        tensors["truncated"] = torch.tensor(out.truncated, dtype=torch.bool)
-        text = self.tokenizer.batch_decode(out.responses, skip_special_tokens=True)
+        tensors["rollout_log_probs"] = _pad_rows(log_probs, budget)
+        tensors["truncated"] = torch.tensor(truncated, dtype=torch.bool)
+        text = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
         return repeated.union(Batch(tensors, {"response_text": text}))
+
+    def _tensor_parallel_share(self, prompt_ids: list[list[int]]) -> tuple[list[list[int]], slice]:
+        """All prompts of this rank's tensor-parallel group (its engines serve them together) and this rank's slice.
+
+        With tensor_parallel_size 1 that is just this rank's own prompts.
+        """
+        if self.tp_group is None:
+            return prompt_ids, slice(0, len(prompt_ids))
+        shares: list[Any] = [None] * self.tp_size
+        dist.all_gather_object(shares, prompt_ids, group=self.tp_group)
+        start = sum(len(share) for share in shares[: self.tp_rank])
+        return [p for share in shares for p in share], slice(start, start + len(prompt_ids))
 
     # ---- log-probs -------------------------------------------------------------------------------------------------
     @register(Dispatch.DP_COMPUTE)
@@ -132,6 +189,7 @@ class ActorRolloutRefWorker(Worker):
         columns = [*TRAIN_COLUMNS, "old_log_probs", "advantages"]
         if self.loss_cfg.needs_ref:
             columns.append("ref_log_probs")
+        self.weights_version += 1
         return self.actor.train_step(
             batch.only(columns),
             self.loss_cfg,
@@ -154,6 +212,7 @@ class ActorRolloutRefWorker(Worker):
         """Restore what save_checkpoint wrote (model, optimizer, this rank's RNG when the world size matches)."""
         folder = Path(path)
         self.actor.load(folder / MODEL_DIR)
+        self.weights_version += 1
         rng_file = folder / f"rng_rank{self.rank}.pt"
         if rng_file.is_file():
             set_rng_state(torch.load(rng_file, weights_only=False))
@@ -188,6 +247,13 @@ def pack_sequences(
     }
 
 
+def _pad_rows(rows: list[list[float]], width: int) -> torch.Tensor:
+    out = torch.zeros((len(rows), width), dtype=torch.float32)
+    for i, row in enumerate(rows):
+        out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
+    return out
+
+
 def rng_state() -> dict[str, Any]:
     """Python, numpy and torch RNG states of this process."""
     return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
@@ -200,5 +266,6 @@ def set_rng_state(state: dict[str, Any]) -> None:
 
 
 def _mix(seed: int, step: int, rank: int) -> int:
-    """A sampling seed that differs per step and rank but is fixed by them (a resumed run samples the same)."""
+    """A sampling seed that differs per step and rank (tensor-parallel group) but is fixed by them, so a resumed run
+    samples the same."""
     return (seed * 1_000_003 + step * 7919 + rank * 104_729) % (2**31 - 1)

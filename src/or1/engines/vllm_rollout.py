@@ -1,0 +1,101 @@
+"""The vLLM rollout engine: the same `generate_ids` as the Hugging Face loop, served by vLLM (CPU or GPU).
+
+In training, one engine lives in each rank's process beside the FSDP2 actor and receives its weights after every
+update (`load_weights`, streamed tensor by tensor); on a GPU it sleeps while the actor trains. Standalone (eval,
+difficulty estimation) it is an in-process engine over a saved model folder. vLLM's internals stay in
+`or1.engines.vllm_compat`.
+"""
+
+from __future__ import annotations
+
+import zlib
+from collections.abc import Iterable
+from pathlib import Path
+
+import torch
+
+from or1.engines import vllm_compat
+from or1.engines.rollout import Generations, SamplingParams, check_prompts
+
+
+class VLLMRolloutEngine:
+    """n samples per prompt from token ids; each sample is its own seeded request, so results do not depend on how
+    requests are batched. `distributed=True` joins the training ranks' torch.distributed world."""
+
+    def __init__(
+        self,
+        model_path: str | Path,
+        stop_ids: list[int],
+        *,
+        pad_token_id: int,
+        dtype: str = "float32",
+        max_model_len: int | None = None,
+        seed: int = 0,
+        tensor_parallel_size: int = 1,
+        gpu_memory_utilization: float = 0.6,
+        cpu_kv_cache_gib: float = 1.0,
+        distributed: bool = False,
+    ):
+        self.vllm = vllm_compat.import_vllm()
+        self.llm = vllm_compat.start_engine(
+            str(model_path),
+            dtype=dtype,
+            max_model_len=max_model_len,
+            seed=seed,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            cpu_kv_cache_gib=cpu_kv_cache_gib,
+            distributed=distributed,
+        )
+        self.default_stop_ids = list(stop_ids)
+        self.pad_token_id = pad_token_id
+        self.can_sleep = vllm_compat.sleep_supported(self.llm)
+        self.asleep = False
+
+    def generate_ids(self, prompts: list[list[int]], sampling: SamplingParams) -> Generations:
+        """Sample `sampling.n` responses for each prompt (lists of token ids, no padding)."""
+        check_prompts(prompts, sampling)
+        rows = [prompt for prompt in prompts for _ in range(sampling.n)]
+        stop = sampling.stop_token_ids or self.default_stop_ids
+        params = [
+            self.vllm.SamplingParams(
+                n=1,
+                temperature=sampling.temperature,
+                top_p=sampling.top_p,
+                max_tokens=sampling.max_new_tokens,
+                stop_token_ids=stop,
+                seed=None if sampling.seed is None else sample_seed(sampling.seed, i),
+                logprobs=0,  # the sampled token's own log-prob
+                detokenize=False,
+            )
+            for i in range(len(rows))
+        ]
+        outputs = self.llm.generate([vllm_compat.tokens_prompt(r) for r in rows], params, use_tqdm=False)
+        responses, truncated, log_probs = [], [], []
+        for out in outputs:
+            sample = out.outputs[0]
+            ids = list(sample.token_ids)
+            responses.append(ids)
+            truncated.append(sample.finish_reason == "length")
+            log_probs.append([step[token].logprob for step, token in zip(sample.logprobs, ids, strict=True)])
+        return Generations(responses=responses, truncated=truncated, log_probs=log_probs)
+
+    def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
+        """Replace the engine's weights in place from (HF name, full tensor) pairs; the prefix cache is reset."""
+        vllm_compat.reload_weights(self.llm, weights)
+
+    def sleep(self) -> None:
+        """Free GPU memory (weights offloaded to host, KV cache dropped) while the actor trains; no-op on CPU."""
+        if self.can_sleep and not self.asleep:
+            self.llm.sleep(level=1)
+            self.asleep = True
+
+    def wake_up(self) -> None:
+        if self.asleep:
+            self.llm.wake_up()
+            self.asleep = False
+
+
+def sample_seed(seed: int, index: int) -> int:
+    """The seed of the index-th request of a call: distinct per sample, fixed by (seed, index)."""
+    return zlib.crc32(f"{seed}:{index}".encode()) & 0x7FFFFFFF
