@@ -82,3 +82,18 @@ def test_bad_arguments_are_refused() -> None:
     with pytest.raises(ValueError):
         score_batch([], workers=0)
     assert score_batch([]) == []
+
+
+def test_math_extraction_setting_reaches_the_verifier() -> None:
+    from or1.config.schema import RewardConfig
+
+    row = {
+        "ability": "math",
+        "response": "<think>x</think>So it is $\\frac{1}{2}$.",
+        "reward_model": {"ground_truth": '["0.5"]'},
+    }
+    assert RewardConfig().math_extraction == "math_verify"  # the default follows Skywork-OR1
+    assert score_batch([row])[0].correct
+    assert score_batch([row], math_extraction="statement")[0].reason == "no_answer"
+    with pytest.raises(ValueError, match="math_extraction"):
+        score_batch([row], math_extraction="loose")

@@ -2,7 +2,9 @@
 
 `verify_math` is what a pool worker runs for one response (training, evaluation and data preparation reach it
 through `or1.rewards.score.score_batch`, which adds the process pool and the hard timeout). Steps:
-1. extract the final answer after the last `</think>` (`or1.rewards.extract`);
+1. extract the final answer after the last `</think>` (`or1.rewards.extract`): the last box (a run of connected
+   boxes combined), else an answer statement, else (extraction mode math_verify, the default) math-verify's own
+   extraction of the text, whose parse is then compared as math-verify compares it and, as a string, the or1 way;
 2. reject answers too costly for sympy (power towers, huge integers) as wrong;
 3. a fast path decides without sympy: normalised strings equal, both plain numbers (`025` = `25`), numerals with
    a base (`52_8`), sequences with an ellipsis (compared as written: math-verify mis-parses them);
@@ -16,11 +18,13 @@ from __future__ import annotations
 import functools
 import logging
 import re
+from dataclasses import dataclass
 from typing import Any
 
-from or1.rewards.extract import AnswerTooComplex, extract_answer
+from or1.rewards.extract import AnswerTooComplex, Extraction, extract_answer, fallback_text, lone_math
 from or1.rewards.normalize import (
     BadGroundTruth,
+    decimal_comma_reading,
     has_percent,
     normalize_answer,
     parse_ground_truth,
@@ -118,18 +122,48 @@ def math_verify_equal(gold: str, pred: str, *, boxed: bool = True) -> bool:
     return bool(verify(list(gold_parsed), pred_parsed, timeout_seconds=None))
 
 
-def _pred_for(gold: str, answer: str, pred: str, prose: bool) -> str:
+def gold_answer(gold: str) -> str:
+    """The normalised answer of one gold; a gold that is a worked solution with a box is read like a response."""
+    if "\\boxed" in gold or "\\fbox" in gold:
+        try:
+            found = extract_answer(gold, "boxed")
+        except AnswerTooComplex:
+            found = None
+        if found is not None:
+            return _normalized(found)
+    return normalize_answer(gold)
+
+
+def _normalized(found: Extraction, *, strip_lhs: bool = True) -> str:
+    """The normalised answer; combined boxes are normalised one by one (no thousands separator across them)."""
+    if found.parts:
+        return ", ".join(normalize_answer(part, strip_lhs=strip_lhs) for part in found.parts)
+    return normalize_answer(found.answer, strip_lhs=strip_lhs)
+
+
+def _pred_for(gold: str, found: Extraction, pred: str, prose: bool) -> str:
     """The spelling of the answer math-verify compares with `gold`."""
     if prose:
-        return answer  # math-verify's own extraction finds the math in a sentence
+        return found.context or found.answer  # math-verify's own extraction finds the math in the statement
     if "=" in gold:
-        return normalize_answer(
-            answer, strip_lhs=False
+        return _normalized(
+            found, strip_lhs=False
         )  # a whole-equation gold (2x + 4y = 3) meets the whole answer
     return pred
 
 
-def _prepare(response: str, ground_truth: str) -> Result | tuple[str, list[tuple[str, str]], bool]:
+Prepared = tuple[str, list[tuple[str, str, bool]]]  # answer, (gold, pred, wrap pred in a box) pairs
+
+
+@dataclass(frozen=True)
+class _Unextracted:
+    """No box and no statement: math-verify's own extraction decides, in the pool (it needs sympy)."""
+
+    text: str
+    golds: list[str]
+
+
+def _prepare(response: str, ground_truth: str, extraction: str) -> Result | Prepared | _Unextracted:
     """Everything before sympy: a final Result when decided, else the answer and the (gold, pred) pairs to compare."""
     if not isinstance(response, str):
         return Result(0.0, BAD_INPUT, detail=f"response must be a string, got {type(response).__name__}")
@@ -137,14 +171,21 @@ def _prepare(response: str, ground_truth: str) -> Result | tuple[str, list[tuple
         golds = parse_ground_truth(ground_truth)
     except BadGroundTruth as err:
         return Result(0.0, BAD_INPUT, detail=str(err))
+    golds += [d for d in map(decimal_comma_reading, golds) if d is not None]
     try:
-        found = extract_answer(response)
+        found = extract_answer(response, extraction)
     except AnswerTooComplex as err:
         return Result(0.0, WRONG_ANSWER, detail=str(err))
     if found is None:
-        return Result(0.0, NO_ANSWER)
+        text = fallback_text(response) if extraction == "math_verify" else None
+        return Result(0.0, NO_ANSWER) if text is None else _Unextracted(text, golds)
+    return _compare_answer(found, golds)
+
+
+def _compare_answer(found: Extraction, golds: list[str]) -> Result | Prepared:
+    """A final Result when string work decides the answer, else the (gold, pred) pairs sympy must compare."""
     answer = found.answer
-    pred = normalize_answer(answer)
+    pred = _normalized(found)
     if not pred:
         return Result(0.0, NO_ANSWER, extracted=answer)
     costly = too_costly(pred)
@@ -153,40 +194,90 @@ def _prepare(response: str, ground_truth: str) -> Result | tuple[str, list[tuple
     prose = found.kind == "statement" and _is_prose(answer)
     undecided = []
     for gold in golds:
-        gold_norm = normalize_answer(gold)
+        gold_norm = gold_answer(gold)
         verdict = fast_verdict(gold_norm, pred)
         if verdict:
             return Result(1.0, CORRECT, extracted=answer)
         if verdict is None and not too_costly(gold_norm):
-            undecided.append((gold_norm, _pred_for(gold_norm, answer, pred, prose)))
+            undecided.append((gold_norm, _pred_for(gold_norm, found, pred, prose), not prose))
+            if (
+                found.context and not prose
+            ):  # a statement math-verify may read better whole ("the largest n is 34")
+                undecided.append((gold_norm, found.context, False))
     if not undecided:
         return Result(0.0, WRONG_ANSWER, extracted=answer)
-    return answer, undecided, not prose
+    return answer, undecided
 
 
-def prejudge(response: str, ground_truth: str) -> Result | None:
+def prejudge(response: str, ground_truth: str, extraction: str = "math_verify") -> Result | None:
     """The Result when string work alone decides (no answer, bad input, plain-number or exact match), else None.
 
     Cheap and bounded (linear scans, capped answer length), so `score_batch` runs it in the calling process and
     sends only the undecided rows to the pool.
     """
-    prepared = _prepare(response, ground_truth)
+    prepared = _prepare(response, ground_truth, extraction)
     return prepared if isinstance(prepared, Result) else None
 
 
-def verify_math(response: str, ground_truth: str) -> Result:
+def verify_math(response: str, ground_truth: str, extraction: str = "math_verify") -> Result:
     """Score one response against a ground truth (JSON list of acceptable answers, or a plain string).
 
-    In-process and without a timeout: call it through `score_batch` (or inside a pool worker) for the hard limit.
+    `extraction` (reward.math_extraction): math_verify (default, as Skywork-OR1), statement or boxed, see
+    `or1.rewards.extract`. In-process and without a timeout: call it through `score_batch` (or inside a pool
+    worker) for the hard limit.
     """
-    prepared = _prepare(response, ground_truth)
+    prepared = _prepare(response, ground_truth, extraction)
     if isinstance(prepared, Result):
         return prepared
-    answer, pairs, boxed = prepared
-    for gold, pred in pairs:
+    if isinstance(prepared, _Unextracted):
+        return _verify_unextracted(prepared)
+    return _verify_pairs(prepared)
+
+
+def _verify_pairs(prepared: Prepared) -> Result:
+    answer, pairs = prepared
+    for gold, pred, boxed in pairs:
         if math_verify_equal(gold, pred, boxed=boxed):
             return Result(1.0, CORRECT, extracted=answer)
     return Result(0.0, WRONG_ANSWER, extracted=answer)
+
+
+def _verify_unextracted(task: _Unextracted) -> Result:
+    """math-verify's own extraction of a response without box or statement, compared two ways (either suffices).
+
+    As math-verify compares (its parse of the text against the boxed gold, under or1's numeric veto), and as or1
+    compares the answer string math-verify extracted (the normalisations of `_compare_answer`).
+    """
+    from math_verify import parse, verify
+
+    from or1.rewards.equivalence import contradicts
+
+    lone = lone_math(task.text)
+    if lone is not None:  # the whole text is one formula: judged as if boxed (math-verify may cut it short)
+        whole = _compare_answer(Extraction(lone, "math_verify"), task.golds)
+        whole = whole if isinstance(whole, Result) else _verify_pairs(whole)
+        if whole.correct:
+            return whole
+    parsed = parse(task.text, parsing_timeout=None)
+    extracted = next((p for p in parsed if isinstance(p, str)), None)
+    if not parsed or not extracted:
+        return Result(0.0, NO_ANSWER)
+    if too_costly(extracted):
+        return Result(0.0, WRONG_ANSWER, extracted=extracted, detail=too_costly(extracted))
+    pred_obj = _sympy_first(parsed)
+    for gold in task.golds:
+        gold_norm = gold_answer(gold)
+        if too_costly(gold_norm):
+            continue
+        gold_parsed = _parse_gold(gold_norm)
+        gold_obj = _sympy_first(gold_parsed)
+        if gold_obj is not None and pred_obj is not None and contradicts(gold_obj, pred_obj):
+            continue
+        if gold_parsed and verify(list(gold_parsed), parsed, timeout_seconds=None):
+            return Result(1.0, CORRECT, extracted=extracted)
+    as_answer = _compare_answer(Extraction(extracted, "math_verify"), task.golds)
+    result = as_answer if isinstance(as_answer, Result) else _verify_pairs(as_answer)
+    return result if result.correct else Result(0.0, WRONG_ANSWER, extracted=extracted)
 
 
 def warm_up() -> None:

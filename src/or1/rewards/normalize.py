@@ -23,7 +23,9 @@ _TRAILING_TEXT = re.compile(r"^(?P<math>.*?[\d}).])\s*(?:" + _TEXT_CMD + r"\s*)+
 _ONLY_TEXT = re.compile(r"^" + _TEXT_CMD + r"$")
 _CURRENCY = re.compile(r"\\\$|\$|\\euro\b|€|£|¥|\bUSD\b|\bdollars?\b|\bcents?\b")
 _THOUSANDS_BRACED = re.compile(r"(\d)\{,\}(\d{3})")
-_THOUSANDS = re.compile(r"^[+-]?\d{1,3}(?:,\d{3})+(?:\.\d+)?$")
+_THOUSANDS = re.compile(r"^[+-]?[1-9]\d{0,2}(?:,\d{3})+(?:\.\d+)?$")  # "0,111" is no thousands grouping
+_DECIMAL_COMMA = re.compile(r"^[+-]?\d+,\d+$")
+_LIST_COMMA = re.compile(r",[ \t\n]")  # a comma and a real space separate list items, not thousands
 _LHS_VARIABLE = re.compile(r"^[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?\s*=\s*(?P<rhs>[^=<>]+)$")
 _PLAIN_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)$")
 _PERCENT = re.compile(r"\\?%$")
@@ -95,6 +97,7 @@ def normalize_answer(text: str, *, strip_lhs: bool = True) -> str:
     `strip_lhs=False` keeps `y = 2x + 1` whole, for comparing with a gold that is itself an equation.
     """
     text = _strip_delimiters(text.replace("\x00", ""))
+    listed = _LIST_COMMA.search(text)  # "32, 349" is two numbers; "32,349" and "32,\\!349" are one
     text = _SPACING.sub(" ", text)
     text = _LEFT_RIGHT.sub("", text)
     text = _FRAC_VARIANTS.sub(r"\\frac", text)
@@ -105,7 +108,7 @@ def normalize_answer(text: str, *, strip_lhs: bool = True) -> str:
     text = _CURRENCY.sub("", text).strip()
     text = _THOUSANDS_BRACED.sub(r"\1\2", text)
     text = re.sub(r"\s+", " ", text).strip()
-    if _THOUSANDS.match(text.replace(" ", "")):
+    if not listed and _THOUSANDS.match(text.replace(" ", "")):
         text = text.replace(",", "")
     if strip_lhs:
         text = _strip_lhs(text)
@@ -113,6 +116,17 @@ def normalize_answer(text: str, *, strip_lhs: bool = True) -> str:
     if number is not None and number.denominator == 1:
         text = str(number.numerator)  # "025" and "25.0" are the integer 25, as AIME graders read them
     return text
+
+
+def decimal_comma_reading(text: str) -> str | None:
+    """`1,22` / `0,111` read with a decimal comma (`1.22`, `0.111`), as math-verify reads such numbers; else None.
+
+    For golds only, as a second acceptable answer: "1,22" may as well be the pair 1 and 22.
+    """
+    text = text.strip()
+    if not _DECIMAL_COMMA.match(text) or _THOUSANDS.match(text):
+        return None
+    return text.replace(",", ".")
 
 
 def plain_number(text: str) -> Fraction | None:

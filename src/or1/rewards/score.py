@@ -13,6 +13,7 @@ import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from or1.rewards.extract import EXTRACTION_MODES
 from or1.rewards.math import prejudge, verify_math, warm_up
 from or1.rewards.pool import OK, TIMEOUT, ProcessPool
 from or1.rewards.result import BAD_INPUT, INTERNAL_ERROR, Result
@@ -62,16 +63,20 @@ def _row_fields(row: object) -> tuple[str, Any, Any] | Result:
 
 
 def _score_math(
-    jobs: list[tuple[int, str, Any]], results: list[Result | None], workers: int, timeout: float
+    jobs: list[tuple[int, str, Any]],
+    results: list[Result | None],
+    workers: int,
+    timeout: float,
+    extraction: str,
 ) -> None:
     """Fill `results` for math rows: prejudged here, the rest verified in the pool under `timeout`."""
     pending = []
     for index, response, ground_truth in jobs:
-        decided = prejudge(response, ground_truth)
+        decided = prejudge(response, ground_truth, extraction)
         if decided is not None:
             results[index] = decided
         else:
-            pending.append((index, (response, ground_truth)))
+            pending.append((index, (response, ground_truth, extraction)))
     if not pending:
         return
     outcomes = math_pool(workers).map(verify_math, [args for _, args in pending], timeout=timeout)
@@ -107,17 +112,21 @@ def score_batch(
     workers: int = 2,
     timeout: float = 5.0,
     code_timeout: float | None = None,
+    math_extraction: str = "math_verify",
 ) -> list[Result]:
     """Score each row (`ability`, `response`, `reward_model.ground_truth`); ordered, one Result per row.
 
     `workers`: verifier processes for math, sandbox slots for code. `timeout`: hard limit in seconds for one math
     verification. `code_timeout`: per-test limit for code rows (None: the code reward's default, 6 s as in
-    Skywork-OR1). Safe to call from any thread, threaded or async Ray actors (from an executor thread) and
+    Skywork-OR1). `math_extraction`: where a math answer is looked for (reward.math_extraction; math_verify, the
+    default as in Skywork-OR1, statement or boxed: see `or1.rewards.extract`). Safe to call from any thread, threaded or async Ray actors (from an executor thread) and
     subprocesses; scripts that call it need the usual `if __name__ == "__main__":` guard (spawned workers
     re-import the main module).
     """
     if workers < 1 or timeout <= 0:
         raise ValueError(f"workers must be >= 1 and timeout > 0, got workers={workers} timeout={timeout}")
+    if math_extraction not in EXTRACTION_MODES:
+        raise ValueError(f"math_extraction must be one of {EXTRACTION_MODES}, got {math_extraction!r}")
     results: list[Result | None] = [None] * len(rows)
     math_jobs: list[tuple[int, str, Any]] = []
     code_jobs: list[tuple[int, str, Any]] = []
@@ -129,7 +138,7 @@ def score_batch(
         ability, response, ground_truth = fields
         (math_jobs if ability == "math" else code_jobs).append((index, response, ground_truth))
     if math_jobs:
-        _score_math(math_jobs, results, workers, timeout)
+        _score_math(math_jobs, results, workers, timeout, math_extraction)
     if code_jobs:
         _score_code(code_jobs, results, workers, code_timeout)
     return [r if r is not None else Result(0.0, INTERNAL_ERROR, detail="row not scored") for r in results]

@@ -33,7 +33,11 @@ class RewardWorker(Worker):
             for ability, text, reward_model in zip(*(batch[c] for c in REWARD_COLUMNS), strict=True)
         ]
         results = score_batch(
-            rows, workers=self.cfg.workers, timeout=self.cfg.math_timeout, code_timeout=self.cfg.code_timeout
+            rows,
+            workers=self.cfg.workers,
+            timeout=self.cfg.math_timeout,
+            code_timeout=self.cfg.code_timeout,
+            math_extraction=self.cfg.math_extraction,
         )
         scores = torch.tensor([r.score for r in results], dtype=torch.float32)
         return Batch({"scores": scores}, {"score_reason": [r.reason for r in results]})
