@@ -41,7 +41,7 @@ WRONG = {
 
 
 def lcb_ground_truth(problem: dict) -> dict:
-    """A LiveCodeBench record's tests as a DATA.md code ground truth."""
+    """A LiveCodeBench record's tests as a code ground truth (the forms of or1.rewards.code_tests)."""
     tests = problem["tests"]
     truth = {"inputs": [t["input"] for t in tests], "outputs": [t["output"] for t in tests]}
     if tests[0]["testtype"] == "functional":
