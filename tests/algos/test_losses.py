@@ -263,6 +263,16 @@ def test_value_loss_clips_around_the_old_values_by_hand():
     close(values.grad, torch.tensor([[(0.6 - 1.0) / 4, 1.0 / 4, -2.0 / 4, 0.0, 0.0]]))
     half, _ = value_loss(values, old, returns, mask, cliprange=0.2, num_tokens=8.0)
     assert half.item() == pytest.approx(loss.item() / 2)  # a global denominator twice the local count
+    # NaN at the padding position (old value, return, even the value itself): same loss, finite gradient
+    dirty_values = values.detach().clone()
+    dirty_values[0, 4] = float("nan")
+    dirty_values.requires_grad_()
+    dirty_old, dirty_returns = old.clone(), returns.clone()
+    dirty_old[0, 4] = dirty_returns[0, 4] = float("nan")
+    dirty, _ = value_loss(dirty_values, dirty_old, dirty_returns, mask, cliprange=0.2)
+    dirty.backward()
+    assert dirty.item() == pytest.approx(loss.item())
+    close(dirty_values.grad, values.grad)
 
 
 # Dual clip (verl's compute_policy_loss, clip_ratio_c = 3): for A < 0 the loss is min(max(-A r, -A clip(r)), -A c).

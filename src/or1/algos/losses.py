@@ -342,6 +342,7 @@ def value_loss(
     Returns the loss and metrics: vf_loss (this micro-batch's contribution, see `aggregate`), vf_clip_frac (tokens
     whose clipped term is the larger), value_mean and return_mean (local masked means), tokens.
     """
+    values, old_values, returns = (masked(t, mask) for t in (values, old_values, returns))
     clipped = old_values + (values - old_values).clamp(-cliprange, cliprange)
     unclipped_sq, clipped_sq = (values - returns).square(), (clipped - returns).square()
     loss = aggregate(0.5 * torch.maximum(unclipped_sq, clipped_sq), mask, "token-mean", num_tokens=num_tokens)
