@@ -62,3 +62,43 @@ def test_sandbox_check_passes_on_the_local_backend():
     result = runner.invoke(app, ["sandbox", "check", "--backend", "local"])
     assert result.exit_code == 0, result.output
     assert "sandbox checks passed" in result.output
+
+
+def test_user_errors_keep_text_in_brackets(capsys):
+    import typer
+
+    from or1.cli import user_errors
+    from or1.errors import UserError
+
+    @user_errors
+    def fails():
+        raise UserError("the vllm engine needs the extra: pip install 'or1[vllm]' (see [docs])")
+
+    with pytest.raises(typer.Exit) as exit_:
+        fails()
+    assert exit_.value.exit_code == 2
+    assert "pip install 'or1[vllm]' (see [docs])" in capsys.readouterr().err
+
+
+def test_an_interrupted_command_names_the_rerun_and_exits_128_plus_the_signal(capsys, monkeypatch):
+    import signal
+
+    import typer
+
+    from or1.cli import user_errors
+    from or1.stop import Interrupted
+
+    argv = ["or1", "train", "--recipe", "tiny", "--resume", "never", "--overwrite", "--set", "a.b=[x]"]
+    monkeypatch.setattr("sys.argv", argv)
+
+    @user_errors
+    def stops():
+        raise Interrupted(signal.SIGTERM, "stopped after step 3 of 10 (checkpoint runs/x/step_3)")
+
+    with pytest.raises(typer.Exit) as exit_:
+        stops()
+    assert exit_.value.exit_code == 143
+    err = capsys.readouterr().err
+    assert "stopped after step 3 of 10 (checkpoint runs/x/step_3)" in err
+    # the same command minus what would throw the saved work away
+    assert "to resume, run: or1 train --recipe tiny --set 'a.b=[x]'" in err

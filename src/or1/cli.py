@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import shlex
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -10,9 +11,11 @@ from typing import Annotated, Any
 
 import typer
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from or1.errors import UserError
+from or1.stop import Interrupted
 
 app = typer.Typer(
     help="or1: Skywork-OR1 reasoning RL end to end: prepare data, train in stages, score, evaluate.",
@@ -28,17 +31,63 @@ err_console = Console(stderr=True)
 
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
-    """Turn a UserError into one red line and exit code 2; bugs keep their traceback."""
+    """Turn a UserError into one red line and exit code 2, and a stop on Ctrl-C / SIGTERM into one line saying how
+    to resume and exit code 130 / 143; bugs keep their traceback."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         try:
             return fn(*args, **kwargs)
         except UserError as err:
-            err_console.print(f"[red]error:[/red] {err}", highlight=False, soft_wrap=True)
+            # escape: a message may quote text in brackets, such as pip install 'or1[vllm]'
+            err_console.print(f"[red]error:[/red] {escape(str(err))}", highlight=False, soft_wrap=True)
             raise typer.Exit(2) from None
+        except Interrupted as stop:
+            err_console.print(
+                f"[yellow]{escape(stop.what)}[/yellow]; to resume, run: {escape(rerun_command())}",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(stop.exit_code) from None
 
     return wrapper
+
+
+def rerun_command() -> str:
+    """This command line as typed, minus what would discard the saved work (--resume never, --overwrite, --fresh)."""
+    args, out = sys.argv[1:], []
+    skip = False
+    for i, arg in enumerate(args):
+        if skip:
+            skip = False
+        elif arg in ("--overwrite", "--fresh", "--resume=never"):
+            continue
+        elif arg == "--resume" and i + 1 < len(args) and args[i + 1] == "never":
+            skip = True
+        else:
+            out.append(arg)
+    return shlex.join(["or1", *out])
+
+
+def _version(value: bool) -> None:
+    if value:
+        from importlib.metadata import PackageNotFoundError, version
+
+        try:
+            typer.echo(f"or1 {version('or1')}")
+        except PackageNotFoundError:
+            typer.echo("or1 (not installed as a package)")
+        raise typer.Exit()
+
+
+@app.callback()
+def main_options(
+    show_version: Annotated[
+        bool,
+        typer.Option("--version", callback=_version, is_eager=True, help="Print or1's version and exit."),
+    ] = False,
+) -> None:
+    """or1: Skywork-OR1 reasoning RL end to end: prepare data, train in stages, score, evaluate."""
 
 
 RecipeOpt = Annotated[str, typer.Option("--recipe", "-r", help="Recipe YAML path or name in stages/.")]
@@ -65,9 +114,12 @@ def init_model(
     overwrite: Annotated[bool, typer.Option(help="Replace an existing model folder.")] = False,
 ) -> None:
     """Build the tiny base model (tokenizer, Qwen2 model, SFT warm start) and print its base solve rate."""
-    from or1.models.init import init_tiny_model
+    from or1.preflight import check_output_folder
 
     _check_preset(preset)
+    check_output_folder(out, "--out")
+    from or1.models.init import init_tiny_model
+
     init_tiny_model(out, seed, sft_steps=sft_steps, overwrite=overwrite)
 
 
@@ -96,7 +148,7 @@ def prepare_data(
         from or1.data.synthetic import write_tiny_dataset
 
         _check_preset(preset or "tiny")
-        write_tiny_dataset(out, seed)
+        write_tiny_dataset(out, seed, overwrite=overwrite)
         return
     from or1.data.pipeline import prepare
 
@@ -133,14 +185,32 @@ def train(
     ray_address: Annotated[
         str | None, typer.Option(help="Join this Ray cluster (e.g. auto); default: local.")
     ] = None,
+    overwrite: Annotated[
+        bool, typer.Option(help="With --resume never: delete the stage's earlier results first.")
+    ] = False,
+    allow_config_change: Annotated[
+        bool, typer.Option(help="Resume even though settings differ from the stage's saved config.yaml.")
+    ] = False,
 ) -> None:
-    """Train a stage of a recipe (or all remaining ones) with GRPO / MAGIC: Ray worker groups, FSDP2."""
+    """Train a stage of a recipe (or all remaining ones) with GRPO / MAGIC: Ray worker groups, FSDP2.
+
+    Ctrl-C (or SIGTERM) stops after the current step with a checkpoint; rerun the same command to resume.
+    """
+    from or1.config.loading import resolve
+    from or1.preflight import check_cpu_inputs, check_train
+
+    # Pre-flight before the trainer's imports (torch, Ray, transformers: seconds): a bad stage, key, path or
+    # cluster address is one line at once. run_train repeats these checks, then checks what needs torch.
+    cfg = resolve(recipe, "1" if stage == "all" else stage, overrides or [])
+    check_train(cfg, run_dir, ray_address)
+    check_cpu_inputs(cfg)
     from or1.trainer.run import run_all_stages, run_train
 
+    options = {"overwrite": overwrite, "allow_config_change": allow_config_change}
     if stage == "all":
-        run_all_stages(recipe, run_dir, overrides or [], resume, ray_address)
+        run_all_stages(recipe, run_dir, overrides or [], resume, ray_address, **options)
     else:
-        run_train(recipe, stage, run_dir, overrides or [], resume, ray_address)
+        run_train(recipe, stage, run_dir, overrides or [], resume, ray_address, **options)
 
 
 @app.command()
@@ -158,7 +228,11 @@ def score(
     from or1.rewards.score_file import format_summary, score_file
 
     summary = score_file(input, output, workers=workers, timeout=timeout, code_timeout=code_timeout)
-    err_console.print(format_summary(summary), highlight=False, soft_wrap=True)
+    for warning in summary["warnings"]:
+        err_console.print(
+            f"warning: {warning}", style="yellow", highlight=False, soft_wrap=True, markup=False
+        )
+    err_console.print(format_summary(summary), highlight=False, soft_wrap=True, markup=False)
 
 
 @sandbox_app.command("check")
@@ -212,7 +286,15 @@ def eval_command(
     workers: Annotated[int, typer.Option(help="Verifier processes / sandbox slots.")] = 2,
     fresh: Annotated[bool, typer.Option(help="Discard cached samples made with other settings.")] = False,
 ) -> None:
-    """Evaluate a model under a named protocol; resumes from cached samples after an interruption."""
+    """Evaluate a model under a named protocol; resumes from cached samples after an interruption.
+
+    Ctrl-C (or SIGTERM) saves the batch in progress and stops; rerun the same command to continue.
+    """
+    from or1.preflight import check_eval_model, check_output_folder
+
+    check_eval_model(model)
+    if out is not None:
+        check_output_folder(out, "--out")
     from or1.eval.runner import run_eval
 
     folder = run_eval(
@@ -231,7 +313,7 @@ def eval_command(
         workers=workers,
         fresh=fresh,
     )
-    Console().print(f"wrote {folder}/samples.jsonl, summary.json and report.md")
+    Console().print(f"wrote {folder}/samples.jsonl, summary.json and report.md", markup=False)
 
 
 @app.command("report")

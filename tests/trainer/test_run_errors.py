@@ -48,3 +48,58 @@ def test_stage_two_needs_stage_one(tmp_path: Path) -> None:
 def test_bad_resume_mode(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="--resume sometimes"):
         run_train(RECIPE, "1", tmp_path / "run", [], resume="sometimes")
+
+
+def fake_model(folder: Path) -> Path:
+    """Enough of a model folder for the pre-flight checks (they read files only)."""
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text('{"model_type": "qwen2"}')
+    (folder / "model.safetensors").write_bytes(b"")
+    (folder / "tokenizer.json").write_text("{}")
+    return folder
+
+
+def finished_stage(tmp_path: Path, overrides: list[str]) -> Path:
+    """A run folder whose stage 1 holds results (config.yaml as run_train writes it, metrics, a final model)."""
+    from or1.config.loading import dump, resolve
+
+    run_dir = tmp_path / "run"
+    stage = run_dir / "stage1"
+    (stage / "final").mkdir(parents=True)
+    cfg = resolve(RECIPE, "1", overrides)
+    (stage / "config.yaml").write_text(dump(cfg))
+    (stage / "metrics.jsonl").write_text('{"step": 1}\n')
+    (stage / "summary.json").write_text("{}\n")
+    return run_dir
+
+
+@pytest.fixture
+def inputs(tmp_path: Path) -> list[str]:
+    data = tmp_path / "train.parquet"
+    data.write_bytes(b"")
+    return [f"model.path={fake_model(tmp_path / 'model')}", f"data.train_files=[{data}]"]
+
+
+def test_resume_never_refuses_to_delete_a_stage_with_results(tmp_path: Path, inputs: list[str]) -> None:
+    run_dir = finished_stage(tmp_path, inputs)
+    before = sorted(p.name for p in (run_dir / "stage1").iterdir())
+    with pytest.raises(UserError, match=r"--resume never: .*stage1 already holds results.*--overwrite"):
+        run_train(RECIPE, "1", run_dir, inputs, resume="never")
+    assert sorted(p.name for p in (run_dir / "stage1").iterdir()) == before  # nothing deleted
+
+
+def test_resume_under_a_changed_config_lists_the_differences(tmp_path: Path, inputs: list[str]) -> None:
+    run_dir = finished_stage(tmp_path, inputs)
+    changed = [*inputs, "actor.lr=3e-5", "rollout.max_response_length=64"]
+    with pytest.raises(UserError) as err:
+        run_train(RECIPE, "1", run_dir, changed, resume="auto")
+    message = str(err.value)
+    assert "actor.lr: 5e-05 -> 3e-05" in message
+    assert "rollout.max_response_length: 48 -> 64" in message
+    assert "--allow-config-change" in message
+    # how the run is operated (loggers, checkpoints kept) may change on a resume
+    from or1.config.loading import resolve
+    from or1.trainer.run import check_config_unchanged
+
+    cfg = resolve(RECIPE, "1", [*inputs, "trainer.loggers=[jsonl]", "trainer.keep_checkpoints=7"])
+    check_config_unchanged(cfg, run_dir / "stage1", False, None)  # type: ignore[arg-type]

@@ -6,6 +6,7 @@ different runs compare. The generators themselves live in synthetic_math.py and 
 
 from __future__ import annotations
 
+import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,8 +24,10 @@ from or1.data.synthetic_math import (
     validation_problems,
 )
 from or1.errors import UserError
+from or1.preflight import check_output_folder
 
 CODE_VALIDATION_SEED = 271828  # fixed for the same reason as the math validation set
+SPLITS = ("train", "validation", "code_train", "code_validation")
 RL_OPS = VALIDATION_OPS  # 2-operand problems are solved almost always after SFT: no RL signal (TINY.md)
 
 
@@ -58,18 +61,27 @@ def write_tiny_dataset(
     code_validation_size: int = 25,
     train_ops: Sequence[int] = RL_OPS,
     console: Console | None = None,
+    overwrite: bool = False,
 ) -> TinyDataset:
     """Write the tiny world's four parquet files into `out_dir` and print what was written.
 
     train.parquet / validation.parquet hold math rows (validation: the fixed 200-problem held-out set with 3..6
     operands); code_train.parquet / code_validation.parquet hold stdin/stdout code tasks with real tests.
-    The same seed gives byte-identical rows. Raises UserError for sizes the generators cannot meet.
+    The same seed gives byte-identical rows. Raises UserError for sizes the generators cannot meet, and for files
+    already in `out_dir` unless `overwrite`. Each file is written beside its name and renamed into place, so an
+    interrupted run leaves complete files or none.
     """
     if min(math_train_size, code_train_size, code_validation_size) < 1:
         raise UserError("Every tiny dataset size must be at least 1; fix the size option.")
     if not train_ops or min(train_ops) < 2 or max(train_ops) > 8:
         raise UserError(f"train_ops must be operand counts between 2 and 8, got {list(train_ops)}.")
     out = Path(out_dir)
+    check_output_folder(out, "--out")
+    existing = [str(out / f"{name}.parquet") for name in SPLITS if (out / f"{name}.parquet").exists()]
+    if existing and not overwrite:
+        raise UserError(
+            f"{', '.join(existing)} already exist; pass --overwrite to replace them or choose another --out"
+        )
     try:
         train = math_train_rows(seed, math_train_size, train_ops)
         code_val_tasks = code_tasks(CODE_VALIDATION_SEED, code_validation_size)
@@ -82,9 +94,15 @@ def write_tiny_dataset(
         "code_train": [code_row(t, i, "train") for i, t in enumerate(code_train_tasks)],
         "code_validation": [code_row(t, i, "validation") for i, t in enumerate(code_val_tasks)],
     }
-    paths = {name: write_rows(out / f"{name}.parquet", rows) for name, rows in splits.items()}
+    paths = {name: _write_atomically(out / f"{name}.parquet", rows) for name, rows in splits.items()}
     _print_summary(console or Console(), paths, splits)
     return TinyDataset(**paths)
+
+
+def _write_atomically(path: Path, rows: list[dict]) -> Path:
+    tmp = write_rows(path.with_name(f".{path.name}.tmp"), rows)
+    os.replace(tmp, path)
+    return path
 
 
 def _print_summary(console: Console, paths: dict[str, Path], splits: dict[str, list[dict]]) -> None:

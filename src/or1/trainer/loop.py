@@ -15,13 +15,16 @@ from or1.algos.entropy_control import AdaptiveEntropyController
 from or1.algos.filters import RefillBuffer
 from or1.algos.online_filter import PromptStats
 from or1.config.schema import RunConfig
+from or1.errors import UserError
 from or1.hybrid.batch import Batch
 from or1.hybrid.worker_group import WorkerGroup
+from or1.stop import StopFlag
 from or1.trainer import checkpoint as ckpt
 from or1.trainer.data import PromptLoader
-from or1.trainer.metrics import MetricsLogger, PhaseTimer
+from or1.trainer.metrics import MetricsLogger, PhaseTimer, write_step_samples
 from or1.trainer.phases import (
     add_advantages,
+    reason_counts,
     rejection_sample,
     rollout_metrics,
     sampled_entropy,
@@ -51,22 +54,35 @@ class Trainer:
     validation: list[ValidationSet] = field(default_factory=list)  # data.validation.sets, encoded
     critic: WorkerGroup | None = None  # CriticWorker colocated with the actor; only for the gae advantage
     step: int = 0  # steps of this stage completed
+    skipped_in_a_row: int = 0  # consecutive steps without a group with reward variance
+    # the verifier reasons of those steps: reward/reason_<r> -> the sum of each step's fraction
+    skipped_reasons: dict[str, float] = field(default_factory=dict)
+    stop: StopFlag | None = None  # set by Ctrl-C / SIGTERM: stop between steps, after a checkpoint
 
 
 def train(t: Trainer) -> None:
     """Run the stage from t.step to trainer.steps, checkpointing every save_every steps and at the end."""
     cfg, algo = t.cfg, t.cfg.algorithm
+    if t.stop is not None and t.stop.requested:
+        stop_between_steps(t)
+    t.logger.start_progress(t.step)
     if t.validation and t.step == 0:  # the starting point of the stage's validation curve
         t.logger.log(0, validate(t.validation, t.actor, t.rewards, cfg))
     while t.step < cfg.trainer.steps:
+        if t.stop is not None and t.stop.requested:
+            stop_between_steps(t)
         step, timer = t.step + 1, PhaseTimer()
         batch = sampled = sample_round(t, step, 0, timer)
         if algo.refill:
             batch = refill(t, step, batch, timer)
         batch, rejection = rejection_sample(batch, algo, multiple=t.actor.world_size)
         if rejection.skip:
-            _finish_step(t, step, {"skipped": 1.0, **rollout_metrics(sampled, rejection), **timer.metrics()})
+            reasons = reason_counts(sampled)
+            metrics = {"skipped": 1.0, **rollout_metrics(sampled, rejection), **reasons, **timer.metrics()}
+            _finish_step(t, step, metrics, sampled)
+            _count_skipped(t, reasons)
             continue
+        t.skipped_in_a_row, t.skipped_reasons = 0, {}
         with timer("old_log_prob"):
             batch = batch.union(t.actor.compute_log_prob(batch.only(LOG_PROB_COLUMNS)))
         if algo.kl.enabled:
@@ -84,7 +100,37 @@ def train(t: Trainer) -> None:
             with timer("critic_update"):
                 critic = t.critic.update_critic(batch.only(CRITIC_COLUMNS))[0]
         metrics = step_metrics(sampled, rejection, batch, update, t.entropy.metrics(), timer.metrics())
-        _finish_step(t, step, {**metrics, **{f"critic/{k}": v for k, v in critic.items()}})
+        _finish_step(t, step, {**metrics, **{f"critic/{k}": v for k, v in critic.items()}}, sampled)
+
+
+def stop_between_steps(t: Trainer) -> None:
+    """Ctrl-C / SIGTERM arrived: checkpoint the last finished step unless it already is, then raise Interrupted."""
+    assert t.stop is not None
+    latest = t.checkpoints.latest()
+    if t.step > 0 and (latest is None or latest.name != f"step_{t.step}"):
+        latest = save(t)
+    where = f"checkpoint {latest}" if t.step > 0 else "no step finished, nothing to keep"
+    t.stop.raise_if_requested(f"stopped after step {t.step} of {t.cfg.trainer.steps} ({where})")
+
+
+def _count_skipped(t: Trainer, reasons: dict[str, float]) -> None:
+    """Stop a stage that cannot learn: trainer.max_skipped_steps skipped steps in a row is a UserError."""
+    t.skipped_in_a_row += 1
+    for key, share in reasons.items():
+        t.skipped_reasons[key] = t.skipped_reasons.get(key, 0.0) + share
+    limit = t.cfg.trainer.max_skipped_steps
+    if limit and t.skipped_in_a_row >= limit:
+        shares = sorted(t.skipped_reasons.items(), key=lambda kv: -kv[1])
+        told = ", ".join(
+            f"{share / t.skipped_in_a_row:.0%} {key.removeprefix('reward/reason_')}" for key, share in shares
+        )
+        raise UserError(
+            f"{t.skipped_in_a_row} steps in a row were skipped (no prompt group with reward variance, so "
+            f"nothing to learn) up to step {t.step}; verifier reasons: {told or 'none recorded'}. Check that "
+            "the data's ground truths match the answer format the model writes, the reward settings, and the "
+            "model (a group all correct or all wrong teaches nothing); raise trainer.max_skipped_steps (0: never "
+            "stop) to go on"
+        )
 
 
 def sample_round(t: Trainer, step: int, round_: int, timer: PhaseTimer) -> Batch:
@@ -113,12 +159,14 @@ def refill(t: Trainer, step: int, first: Batch, timer: PhaseTimer) -> Batch:
         more = sample_round(t, step, buffer.rounds, timer)
 
 
-def _finish_step(t: Trainer, step: int, metrics: dict[str, float]) -> None:
-    """Advance, validate and checkpoint on schedule (the last step always does both), log."""
+def _finish_step(t: Trainer, step: int, metrics: dict[str, float], sampled: Batch | None = None) -> None:
+    """Advance, validate and checkpoint on schedule (the last step always does both), log, keep a few samples."""
     t.step = step
     if t.validation and is_due(t.cfg, step):
         metrics = {**metrics, **validate(t.validation, t.actor, t.rewards, t.cfg)}
     t.logger.log(step, metrics)
+    if sampled is not None:
+        write_step_samples(t.logger.stage_dir, step, sampled, t.cfg.trainer.samples_per_step)
     if step % t.cfg.trainer.save_every == 0 or step == t.cfg.trainer.steps:
         save(t)
 
@@ -144,6 +192,7 @@ def controller_state(t: Trainer) -> dict[str, Any]:
         "entropy": t.entropy.state_dict(),
         "prompt_stats": t.prompt_stats.state_dict(),
         "rng": ckpt.controller_rng_state(),
+        "skipped": {"in_a_row": t.skipped_in_a_row, "reasons": dict(t.skipped_reasons)},
     }
 
 
@@ -158,4 +207,7 @@ def restore(t: Trainer, folder: Path) -> None:
     t.entropy.load_state_dict(state["entropy"])
     t.prompt_stats.load_state_dict(state["prompt_stats"])
     ckpt.restore_controller_rng(state["rng"])
+    skipped = state.get("skipped", {})  # absent in checkpoints written before the skipped-step limit
+    t.skipped_in_a_row = int(skipped.get("in_a_row", 0))
+    t.skipped_reasons = dict(skipped.get("reasons", {}))
     t.logger.truncate_after(t.step)

@@ -1,4 +1,6 @@
-"""Per-step metrics: metrics.jsonl (one JSON object per step), TensorBoard scalars, and a one-line progress print.
+"""Per-step metrics: metrics.jsonl (one JSON object per step), TensorBoard scalars, W&B (optional), a one-line
+progress print per step under a progress bar with the stage's ETA, and a few sampled responses per step in
+samples/step_<N>.jsonl.
 
 On resume the jsonl is cut back to the checkpoint's step, so a killed-and-resumed run leaves the same file as an
 uninterrupted one (apart from timings).
@@ -14,8 +16,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+from or1.hybrid.batch import Batch
+from or1.preflight import require_wandb
 
 METRICS_FILE = "metrics.jsonl"
+SAMPLES_DIR = "samples"
+TENSORBOARD_DIR = "tensorboard"
 
 
 class PhaseTimer:
@@ -42,7 +50,16 @@ class PhaseTimer:
 class MetricsLogger:
     """Writes each step's metrics to the configured sinks (jsonl and tensorboard; wandb when installed)."""
 
-    def __init__(self, stage_dir: Path, loggers: list[str], total_steps: int, console: Console | None = None):
+    def __init__(
+        self,
+        stage_dir: Path,
+        loggers: list[str],
+        total_steps: int,
+        console: Console | None = None,
+        wandb_project: str = "or1",
+        wandb_run_name: str | None = None,
+    ):
+        self.stage_dir = stage_dir
         self.path = stage_dir / METRICS_FILE
         self.total_steps = total_steps
         self.console = console or Console()
@@ -51,12 +68,35 @@ class MetricsLogger:
         if "tensorboard" in loggers:
             from torch.utils.tensorboard import SummaryWriter
 
-            self.tb = SummaryWriter(log_dir=str(stage_dir / "tensorboard"))
+            self.tb = SummaryWriter(log_dir=str(stage_dir / TENSORBOARD_DIR))
+            self.console.print(
+                f"TensorBoard logs in {stage_dir / TENSORBOARD_DIR} (tensorboard --logdir {stage_dir.parent})",
+                markup=False,
+                highlight=False,
+            )
         self.wandb = None
         if "wandb" in loggers:
-            import wandb  # optional dependency: imported only when asked for
+            wandb = require_wandb()
+            self.wandb = wandb.init(
+                project=wandb_project,
+                name=wandb_run_name or f"{stage_dir.parent.name}-{stage_dir.name}",
+                dir=str(stage_dir),
+                resume="allow",
+            )
+        self.progress: Progress | None = None
 
-            self.wandb = wandb.init(project="or1", dir=str(stage_dir), resume="allow")
+    def start_progress(self, done: int) -> None:
+        """A progress bar with the stage's ETA below the per-step lines, from step `done` (non-zero on resume)."""
+        columns = (
+            TextColumn("stage"),
+            BarColumn(),
+            MofNCompleteColumn(),
+            TextColumn("eta"),
+            TimeRemainingColumn(),
+        )
+        self.progress = Progress(*columns, console=self.console, transient=True)
+        self.task = self.progress.add_task("steps", total=self.total_steps, completed=done)
+        self.progress.start()
 
     def truncate_after(self, step: int) -> None:
         """Drop logged steps beyond `step` (written by a run that died after its last checkpoint)."""
@@ -82,9 +122,15 @@ class MetricsLogger:
             self.tb.flush()
         if self.wandb is not None:
             self.wandb.log(numbers, step=step)
-        self.console.print(progress_line(step, self.total_steps, metrics), highlight=False, soft_wrap=True)
+        line = f"{time.strftime('%H:%M:%S')} {progress_line(step, self.total_steps, metrics)}"
+        self.console.print(line, highlight=False, soft_wrap=True, markup=False)
+        if self.progress is not None:
+            self.progress.update(self.task, completed=step)
 
     def close(self) -> None:
+        if self.progress is not None:
+            self.progress.stop()
+            self.progress = None
         if self.tb is not None:
             self.tb.close()
         if self.wandb is not None:
@@ -92,7 +138,7 @@ class MetricsLogger:
 
 
 def progress_line(step: int, total: int, m: dict[str, Any]) -> str:
-    """`step 12/250 reward 0.43 kept 48/128 len 31/52 trunc 2% ent 0.31 coef 0.000 loss 0.012 gn 0.84 1.1s`."""
+    """`step 12/250 reward 0.43 kept 48/128 len 31/52 trunc 2% ent 0.31 coef 0.000 loss 0.012 gn 0.84 lr 1.0e-06 1.1s`."""
     val = " ".join(
         f"{k.removeprefix('val/')} {v:.1%}" for k, v in m.items() if k.startswith("val/") and "/avg@" in k
     )
@@ -109,6 +155,32 @@ def progress_line(step: int, total: int, m: dict[str, Any]) -> str:
         f"step {step}/{total} reward {get('reward/mean'):.2f} kept {int(get('batch/kept'))}/{int(get('batch/sampled'))} "
         f"len {get('response/length_mean'):.0f}/{get('response/length_max'):.0f} trunc {get('response/truncated_frac'):.0%} "
         f"ent {get('actor/entropy'):.2f} coef {get('entropy/coef'):.4f} loss {get('actor/pg_loss'):+.3f} "
-        f"clip {get('actor/clip_frac'):.2f} gn {get('actor/grad_norm'):.2f} "
+        f"clip {get('actor/clip_frac'):.2f} gn {get('actor/grad_norm'):.2f} lr {get('actor/lr'):.1e} "
         f"{get('time/step'):.1f}s (gen {get('time/generate'):.1f}s) {get('perf/tokens_per_s'):.0f} tok/s"
     ) + (f" | validation: {val}" if val else "")
+
+
+def write_step_samples(stage_dir: Path, step: int, batch: Batch, count: int) -> Path | None:
+    """The first `count` sampled responses of a step (with ground truth, score and reason) as samples/step_<N>.jsonl."""
+    if count <= 0 or len(batch) == 0:
+        return None
+    nt, scores = batch.non_tensor, batch.tensors.get("scores")
+    rows = []
+    for i in range(min(count, len(batch))):
+        reward_model = nt["reward_model"][i] if "reward_model" in nt else None
+        rows.append(
+            {
+                "step": step,
+                "prompt_key": str(nt["prompt_key"][i]) if "prompt_key" in nt else None,
+                "data_source": str(nt["data_source"][i]) if "data_source" in nt else None,
+                "response": str(nt["response_text"][i]) if "response_text" in nt else None,
+                "ground_truth": reward_model.get("ground_truth") if isinstance(reward_model, dict) else None,
+                "score": float(scores[i]) if scores is not None else None,
+                "reason": str(nt["score_reason"][i]) if "score_reason" in nt else None,
+            }
+        )
+    folder = stage_dir / SAMPLES_DIR
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / f"step_{step}.jsonl"
+    path.write_text("".join(json.dumps(row, ensure_ascii=False, default=str) + "\n" for row in rows))
+    return path

