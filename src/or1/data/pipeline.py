@@ -253,7 +253,9 @@ def _difficulty(
         engine=cfg.engine,
         model_path=str(resolve_model(cfg.model)),
         model_name=cfg.name,
-        executor=cfg.executor,
+        executor=cfg.executor
+        if cfg.executor != "auto"
+        else ("ray" if ray_address or cfg.workers > 1 else "local"),
         workers=cfg.workers,
         chunk_size=cfg.chunk_size,
         cpus_per_worker=cfg.cpus_per_worker,

@@ -132,8 +132,10 @@ class DifficultySpec(_Section):
     max_new_tokens: int = Field(1024, ge=1)
     keep: tuple[int, int] | None = Field(None, description="Solved-count range kept (default [1, n-1]).")
     seed: int = 0
-    executor: Literal["ray", "local"] = Field(
-        "ray", description="ray: engine actors on the cluster; local: here."
+    executor: Literal["auto", "ray", "local"] = Field(
+        "auto",
+        description="ray: engine actors on the Ray cluster; local: in this process; auto: ray when there are "
+        "several workers or a --ray-address, else local.",
     )
     workers: int = Field(1, ge=1, description="Engine actors.")
     chunk_size: int = Field(64, ge=1, description="Problems per actor call (and per cache write).")
