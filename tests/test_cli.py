@@ -102,3 +102,21 @@ def test_an_interrupted_command_names_the_rerun_and_exits_128_plus_the_signal(ca
     assert "stopped after step 3 of 10 (checkpoint runs/x/step_3)" in err
     # the same command minus what would throw the saved work away
     assert "to resume, run: or1 train --recipe tiny --set 'a.b=[x]'" in err
+
+
+def test_ctrl_c_in_a_command_without_a_graceful_stop_is_one_line_and_130(capsys, monkeypatch):
+    import typer
+
+    from or1.cli import user_errors
+
+    monkeypatch.setattr("sys.argv", ["or1", "prepare-data", "--out", "data"])
+
+    @user_errors
+    def interrupted():
+        raise KeyboardInterrupt
+
+    with pytest.raises(typer.Exit) as exit_:
+        interrupted()
+    assert exit_.value.exit_code == 130
+    err = capsys.readouterr().err
+    assert "Traceback" not in err and "to start again, run: or1 prepare-data --out data" in err

@@ -49,6 +49,15 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
                 soft_wrap=True,
             )
             raise typer.Exit(stop.exit_code) from None
+        except KeyboardInterrupt:
+            # commands without a graceful stop write their files whole or not at all (temporary file + rename)
+            err_console.print(
+                f"interrupted: no output file was left half-written; to start again, run: {escape(rerun_command())}",
+                style="yellow",
+                highlight=False,
+                soft_wrap=True,
+            )
+            raise typer.Exit(130) from None
 
     return wrapper
 
