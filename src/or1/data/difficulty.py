@@ -212,30 +212,26 @@ def _ray_chunks(
     """Chunks graded by `run.workers` Grader actors spread over the cluster, yielded as each one finishes."""
     import ray
 
-    started = not ray.is_initialized()
-    if started:
-        ray.init(address=run.ray_address, include_dashboard=False, log_to_driver=False)
-    actor = ray.remote(num_cpus=run.cpus_per_worker, num_gpus=run.gpus_per_worker)(Grader)
-    actors = [
-        actor.options(scheduling_strategy="SPREAD").remote(
-            run.engine, run.model_path, sampling, run.reward_workers
-        )
-        for _ in range(min(run.workers, len(chunks)))
-    ]
-    try:
-        queue, idle, pending = list(range(len(chunks))), list(actors), {}
-        while queue or pending:
-            while (
-                idle and queue
-            ):  # each actor holds one chunk at a time: a kill loses at most `workers` chunks
-                worker, index = idle.pop(), queue.pop(0)
-                pending[worker.grade.remote(chunks[index])] = (index, worker)
-            done, _ = ray.wait(list(pending), num_returns=1)
-            index, worker = pending.pop(done[0])
-            idle.append(worker)
-            yield keys[index], ray.get(done[0])
-    finally:
-        for worker in actors:
-            ray.kill(worker)
-        if started:
-            ray.shutdown()
+    from or1.hybrid.cluster import ray_session
+
+    with ray_session(run.ray_address, log_to_driver=False):
+        actor = ray.remote(num_cpus=run.cpus_per_worker, num_gpus=run.gpus_per_worker)(Grader)
+        options = (run.engine, run.model_path, sampling, run.reward_workers, run.micro_batch_size)
+        actors = [
+            actor.options(scheduling_strategy="SPREAD").remote(*options)
+            for _ in range(min(run.workers, len(chunks)))
+        ]
+        try:
+            # each actor holds one chunk at a time, so a kill loses at most `workers` chunks of work
+            queue, idle, pending = list(range(len(chunks))), list(actors), {}
+            while queue or pending:
+                while idle and queue:
+                    worker, index = idle.pop(), queue.pop(0)
+                    pending[worker.grade.remote(chunks[index])] = (index, worker)
+                done, _ = ray.wait(list(pending), num_returns=1)
+                index, worker = pending.pop(done[0])
+                idle.append(worker)
+                yield keys[index], ray.get(done[0])
+        finally:
+            for worker in actors:
+                ray.kill(worker)
