@@ -201,9 +201,17 @@ def grade_rows(
 def _local_chunks(
     chunks: list[list[dict[str, Any]]], keys: list[list[str]], sampling: Sampling, run: GradeRun
 ) -> Iterator[tuple[list[str], dict[str, Any]]]:
-    grader = Grader(run.engine, run.model_path, sampling, run.reward_workers, run.micro_batch_size)
-    for chunk, chunk_keys in zip(chunks, keys, strict=True):
-        yield chunk_keys, grader.grade(chunk)
+    import torch
+
+    # as many torch threads as a Ray actor would get: more OpenMP threads than cores spin and slow the tiny model
+    threads = torch.get_num_threads()
+    torch.set_num_threads(max(1, int(run.cpus_per_worker)))
+    try:
+        grader = Grader(run.engine, run.model_path, sampling, run.reward_workers, run.micro_batch_size)
+        for chunk, chunk_keys in zip(chunks, keys, strict=True):
+            yield chunk_keys, grader.grade(chunk)
+    finally:
+        torch.set_num_threads(threads)
 
 
 def _ray_chunks(
