@@ -207,19 +207,22 @@ def train(
     """
     from or1.config.loading import resolve
     from or1.preflight import check_cpu_inputs, check_train
+    from or1.stop import StopFlag
 
     # Pre-flight before the trainer's imports (torch, Ray, transformers: seconds): a bad stage, key, path or
     # cluster address is one line at once. run_train repeats these checks, then checks what needs torch.
     cfg = resolve(recipe, "1" if stage == "all" else stage, overrides or [])
     check_train(cfg, run_dir, ray_address)
     check_cpu_inputs(cfg)
-    from or1.trainer.run import run_all_stages, run_train
+    stop = StopFlag()
+    with stop.watching():  # from here a Ctrl-C / SIGTERM, even during start-up, stops cleanly
+        from or1.trainer.run import run_all_stages, run_train
 
-    options = {"overwrite": overwrite, "allow_config_change": allow_config_change}
-    if stage == "all":
-        run_all_stages(recipe, run_dir, overrides or [], resume, ray_address, **options)
-    else:
-        run_train(recipe, stage, run_dir, overrides or [], resume, ray_address, **options)
+        options = {"overwrite": overwrite, "allow_config_change": allow_config_change, "stop": stop}
+        if stage == "all":
+            run_all_stages(recipe, run_dir, overrides or [], resume, ray_address, **options)
+        else:
+            run_train(recipe, stage, run_dir, overrides or [], resume, ray_address, **options)
 
 
 @app.command()

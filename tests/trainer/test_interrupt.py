@@ -149,7 +149,7 @@ def test_sigterm_during_start_up_exits_143_and_the_rerun_ends_like_an_uninterrup
     code, err = interrupt(args, run_dir, signal.SIGTERM, "start")
 
     assert code == 143, err[-3000:]
-    assert "Traceback" not in err and "stopped after step 0 of 4 (no step finished" in err
+    assert "Traceback" not in err and "no step finished" in err
     run_to_end(resume_line(err))
     assert metrics(run_dir) == metrics(straight)
     assert_same_weights(weights(straight / "stage1" / "final"), weights(run_dir / "stage1" / "final"))

@@ -125,6 +125,7 @@ def _train_with_restarts(
 ) -> tuple[Trainer, dict[str, int]]:
     """train_in_session, restarted from the latest checkpoint when a worker process dies."""
     for attempt in range(cfg.trainer.max_restarts + 1):
+        stop.raise_if_requested("stopped before the workers started (no step finished, nothing new to keep)")
         try:
             return train_in_session(
                 cfg,
@@ -282,12 +283,13 @@ def run_all_stages(
     *,
     overwrite: bool = False,
     allow_config_change: bool = False,
+    stop: StopFlag | None = None,
 ) -> Path:
     """`--stage all`: run the recipe's stages in order, skipping (with resume auto) those already finished."""
     console = console or Console(soft_wrap=True)  # paths and counts stay on one line, also in logs
     _, raw = load_recipe(recipe)
     final = None
-    stop = StopFlag()
+    stop = stop or StopFlag()
     for index in range(1, len(stage_names(raw)) + 1):
         cfg = resolve(recipe, index, overrides or [])
         stage_final = stage_directory(run_directory(cfg, run_dir), index) / FINAL_DIR
