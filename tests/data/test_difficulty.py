@@ -155,6 +155,12 @@ def test_two_node_ray_cluster(tmp_path: Path, tiny_model_dir: Path):
     assert report["difficulty"]["from"]["sampled"] == 16
     nodes = {e["node"] for e in cache_lines(tmp_path / "out")}
     assert len(nodes) == 2 and "local" not in nodes
+    # the same chunks with the same seeds in this process give the same counts: the cluster changes nothing
+    local = write_spec(tmp_path, tiny_model_dir, 16, name="local.yaml", executor="local", chunk_size=4)
+    prepare(local, tmp_path / "local")
+    assert read_cache(tmp_path / "local" / CACHE_FILE, "tiny-base") == read_cache(
+        tmp_path / "out" / CACHE_FILE, "tiny-base"
+    )
 
 
 def test_vllm_engine_grades_where_installed(tmp_path: Path, tiny_model_dir: Path):
