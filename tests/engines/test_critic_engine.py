@@ -13,8 +13,8 @@ import torch.multiprocessing as mp
 from test_fsdp_engine import PROMPT_W, make_batch
 
 from or1.engines.fsdp import FSDPCriticEngine, TrainSettings
-from or1.hybrid.batch import Batch
 from or1.engines.loading import load_value_model
+from or1.hybrid.batch import Batch
 
 STEPS = 8  # value updates towards fixed returns
 

@@ -13,8 +13,8 @@ import torch.multiprocessing as mp
 
 from or1.algos.losses import LossConfig, token_log_probs
 from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
-from or1.hybrid.batch import Batch
 from or1.engines.loading import load_causal_lm
+from or1.hybrid.batch import Batch
 from or1.workers.actor_rollout_ref import pack_sequences
 
 PROMPT_W, RESPONSE_W = 12, 16
@@ -56,6 +56,10 @@ def _rank(
             batch, LossConfig(clip_low=0.2, clip_high=0.28), temperature=1.0, entropy_coef=0.01
         )
         params = {name: t.clone() for name, t in engine.named_full_params()}
+        state = engine.full_state_dict()  # rank 0 only: what a checkpoint holds
+        if rank == 0:  # the weights pushed to the rollout are the checkpoint's, name for name
+            assert params.keys() == state.keys()
+            assert all(torch.equal(params[k], state[k]) for k in state)
         gathered = [None] * world
         dist.all_gather_object(
             gathered, {"log_probs": lp.tensors["log_probs"], "entropy": lp.tensors["entropy"]}

@@ -53,7 +53,9 @@ def recomputed_log_probs(model, prompt: list[int], response: list[int], temperat
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
 def test_sampled_log_probs_equal_the_recomputed_ones(engine, model_dir, prompts, temperature):
     model = load_causal_lm(model_dir)
-    out = engine.generate_ids(prompts, SamplingParams(n=3, temperature=temperature, max_new_tokens=20, seed=3))
+    out = engine.generate_ids(
+        prompts, SamplingParams(n=3, temperature=temperature, max_new_tokens=20, seed=3)
+    )
     assert len(out.responses) == len(out.log_probs) == 9
     worst = 0.0
     for i, (ids, lps) in enumerate(zip(out.responses, out.log_probs, strict=True)):

@@ -31,7 +31,7 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.fsdp import fully_shard
+from torch.distributed.fsdp import FSDPModule, fully_shard
 from transformers import PreTrainedModel
 
 from or1.algos.losses import (
@@ -242,10 +242,20 @@ class FSDPEngine:
 
     # ---- weights, checkpoints ----------------------------------------------------------------------------------
     def named_full_params(self) -> Iterator[tuple[str, torch.Tensor]]:
-        """Every parameter unsharded, one at a time (collective: all ranks must drain the iterator)."""
-        for name, param in self.model.named_parameters():
-            full = param.full_tensor() if hasattr(param, "full_tensor") else param
-            yield name, full.detach()
+        """Every parameter unsharded, in HF naming, gathered one FSDP unit (a decoder layer, then the root's
+        embeddings, norm and head) at a time: one all-gather per unit, and never more than one unit unsharded.
+
+        Collective: all ranks must drain the iterator. A yielded tensor is valid until the next unit is gathered,
+        so consumers copy it (the rollout engines' load_weights do).
+        """
+        units = [(name, m) for name, m in self.model.named_modules() if isinstance(m, FSDPModule)]
+        nested = tuple(f"{name}." for name, _ in units if name)
+        for prefix, unit in units:
+            unit.unshard()
+            for name, param in unit.named_parameters(prefix=prefix):
+                if prefix or not name.startswith(nested):  # the root yields only what no layer owns
+                    yield name, param.detach()
+            unit.reshard()
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
         """The whole model on CPU in HF naming, on rank 0 only (empty elsewhere); collective."""
