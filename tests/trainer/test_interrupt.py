@@ -112,6 +112,7 @@ def straight(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path, tin
     return run_dir
 
 
+@pytest.mark.slow  # three tiny `or1 train` runs (and the session's tiny model)
 def test_ctrl_c_mid_stage_checkpoints_exits_130_and_the_rerun_ends_like_an_uninterrupted_run(
     tmp_path: Path, straight: Path, tiny_model_dir: Path, tiny_data_dir: Path
 ) -> None:
