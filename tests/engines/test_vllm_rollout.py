@@ -10,6 +10,7 @@ import torch
 from or1.engines.hf_rollout import HFRolloutEngine
 from or1.engines.loading import load_causal_lm, load_tokenizer
 from or1.engines.rollout import SamplingParams, load_rollout_engine
+from or1.errors import UserError
 from or1.models.tiny import TinyModelSpec, build_tiny_model
 from or1.models.tokenizer import train_tokenizer
 
@@ -33,7 +34,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def engine(model_dir: Path):
-    return load_rollout_engine("vllm", model_dir, max_model_len=128, seed=0)
+    return load_rollout_engine("vllm", model_dir, max_model_len=128, seed=0, dtype="float32")
 
 
 @pytest.fixture(scope="module")
@@ -76,6 +77,14 @@ def test_seeded_generation_is_reproducible_and_seeds_matter(engine, prompts):
     assert other.responses != first
 
 
+def test_seeded_batches_larger_than_one_scheduler_step(engine):
+    """More prompt tokens than vLLM schedules at once (4096), in prompts of 17 tokens: no prompt may be split."""
+    gen = torch.Generator().manual_seed(0)
+    prompts = [torch.randint(5, 200, (17,), generator=gen).tolist() for _ in range(300)]
+    out = engine.generate_ids(prompts, SamplingParams(max_new_tokens=2, seed=1))
+    assert len(out.responses) == 300 and all(out.responses)
+
+
 def test_truncation_and_stop_tokens_follow_the_hf_engine(engine, model_dir, prompts):
     """Greedy decodes agree token for token; a stop token ends a response and is kept; truncated = budget hit."""
     tokenizer = load_tokenizer(model_dir)
@@ -113,7 +122,26 @@ def test_weights_load_in_place_and_the_prefix_cache_is_reset(engine, model_dir, 
     engine.load_weights((name, p.detach()) for name, p in model.named_parameters())
 
 
+def test_a_prompt_longer_than_the_context_is_one_clear_error(engine):
+    with pytest.raises(UserError, match="a prompt of 200 tokens does not fit the vLLM engine's context of 128"):
+        engine.generate_ids([[5] * 200], SamplingParams(max_new_tokens=4))
+
+
 def test_sleep_and_wake_are_safe_without_sleep_mode(engine, prompts):
     engine.sleep()
     engine.wake_up()
     assert engine.generate_ids(prompts, SamplingParams(max_new_tokens=4, seed=0)).responses
+
+
+@pytest.mark.gpu
+def test_sleep_frees_gpu_memory_and_wake_up_restores_the_engine(model_dir, prompts):
+    if not torch.cuda.is_available():
+        pytest.skip("needs a CUDA GPU")
+    engine = load_rollout_engine("vllm", model_dir, max_model_len=128, dtype="float32")
+    greedy = SamplingParams(temperature=0.0, max_new_tokens=16)
+    before = engine.generate_ids(prompts, greedy).responses
+    free_awake = torch.cuda.mem_get_info()[0]
+    engine.sleep()
+    assert torch.cuda.mem_get_info()[0] > free_awake  # KV cache and weights left the GPU
+    engine.wake_up()
+    assert engine.generate_ids(prompts, greedy).responses == before

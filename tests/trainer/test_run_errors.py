@@ -31,11 +31,30 @@ def test_missing_data_file(tmp_path: Path) -> None:
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks the CPU-only refusal")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal on a machine without CUDA")
 def test_gpu_recipe_on_a_cpu_machine(tmp_path: Path) -> None:
-    with pytest.raises(UserError, match="rollout.engine=vllm, which needs a GPU"):
+    with pytest.raises(UserError, match="needs CUDA GPUs"):
         run_train("or1-math-7b", "1", tmp_path / "run")
     with pytest.raises(UserError, match="needs CUDA GPUs"):
         run_train(RECIPE, "1", tmp_path / "run", ["trainer.device=cuda"])
+
+
+def test_vllm_engine_needs_a_usable_vllm_build(monkeypatch: pytest.MonkeyPatch) -> None:
+    from or1.engines import vllm_compat
+    from or1.trainer.run import check_vllm_usable
+
+    monkeypatch.setattr(vllm_compat, "installed_build", lambda: None)
+    with pytest.raises(UserError, match=r"needs vLLM .*or pass --set rollout.engine=hf"):
+        check_vllm_usable(on_cpu=True)
+    monkeypatch.setattr(vllm_compat, "installed_build", lambda: ("vllm", "0.32.1"))
+    with pytest.raises(UserError, match="is a GPU build and this run is on CPU"):
+        check_vllm_usable(on_cpu=True)
+    check_vllm_usable(on_cpu=False)
+    monkeypatch.setattr(vllm_compat, "installed_build", lambda: ("vllm", "0.8.5"))
+    with pytest.raises(
+        UserError, match=r"vLLM 0.8.5 is outside the range or1 supports \(0.32 <= version < 0.34\)"
+    ):
+        check_vllm_usable(on_cpu=False)
 
 
 def test_stage_two_needs_stage_one(tmp_path: Path) -> None:

@@ -101,14 +101,17 @@ def load_rollout_engine(
     max_model_len: int | None = None,
     micro_batch_size: int = 64,
     seed: int = 0,
+    dtype: str | None = None,
 ) -> RolloutEngine:
-    """A standalone engine over a saved model (evaluation, solve rates, difficulty): float32 on CPU, bf16 on GPU."""
+    """A standalone engine over a saved model (evaluation, solve rates, difficulty); `dtype` None: float32 on CPU,
+    bfloat16 on a GPU."""
     from or1.engines.loading import load_tokenizer
 
     if kind not in ENGINES:
         raise UserError(f"Unknown rollout engine {kind!r}; choose hf or vllm.")
     tokenizer = load_tokenizer(model_path)
     gpu = torch.cuda.is_available()
+    dtype = dtype or ("bfloat16" if gpu else "float32")
     if kind == "vllm":
         from or1.engines.vllm_rollout import VLLMRolloutEngine
 
@@ -116,14 +119,14 @@ def load_rollout_engine(
             model_path,
             stop_ids_of(model_path, tokenizer),
             pad_token_id=_pad_id(tokenizer),
-            dtype="bfloat16" if gpu else "float32",
+            dtype=dtype,
             max_model_len=max_model_len,
             seed=seed,
         )
     from or1.engines.hf_rollout import HFRolloutEngine
     from or1.engines.loading import load_causal_lm
 
-    model = load_causal_lm(model_path, torch.bfloat16 if gpu else torch.float32)
+    model = load_causal_lm(model_path, getattr(torch, dtype))
     return HFRolloutEngine(model.to("cuda") if gpu else model, tokenizer, micro_batch_size=micro_batch_size)
 
 

@@ -12,6 +12,8 @@ When a vLLM release changes one of these, this is the only file to touch. Facts 
 - The CPU engine reads its KV-cache size from `VLLM_CPU_KVCACHE_SPACE` (GiB) and replaces `torch.set_num_threads`
   with a stub; or1 restores the real function so its trainer can still size thread pools.
 - Sleep mode (freeing GPU memory between rollouts) exists only on CUDA.
+- Seeded requests on CPU fail when a prompt's prefill is split across scheduler steps (chunked prefill rewinds the
+  request's generator, which CPU generators cannot do): on CPU whole prompts are scheduled.
 """
 
 from __future__ import annotations
@@ -105,11 +107,19 @@ def start_engine(
         kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
     else:
         os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(cpu_kv_cache_gib)))
+        # A prompt split across scheduler steps makes vLLM rewind the request's seeded generator, which CPU
+        # generators cannot do ("CPU Generator does not use offset"): schedule whole prompts only.
+        kwargs["enable_chunked_prefill"] = False
     set_num_threads = torch.set_num_threads
     try:
         return vllm.LLM(**kwargs)
     finally:
         torch.set_num_threads = set_num_threads
+
+
+def max_model_len(llm: Any) -> int:
+    """The engine's context length in tokens (prompt + response)."""
+    return int(llm.llm_engine.vllm_config.model_config.max_model_len)
 
 
 def sleep_supported(llm: Any) -> bool:

