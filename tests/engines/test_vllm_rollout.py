@@ -123,7 +123,9 @@ def test_weights_load_in_place_and_the_prefix_cache_is_reset(engine, model_dir, 
 
 
 def test_a_prompt_longer_than_the_context_is_one_clear_error(engine):
-    with pytest.raises(UserError, match="a prompt of 200 tokens does not fit the vLLM engine's context of 128"):
+    with pytest.raises(
+        UserError, match="a prompt of 200 tokens does not fit the vLLM engine's context of 128"
+    ):
         engine.generate_ids([[5] * 200], SamplingParams(max_new_tokens=4))
 
 
