@@ -245,8 +245,8 @@ class FSDPEngine:
         """Every parameter unsharded, in HF naming, gathered one FSDP unit (a decoder layer, then the root's
         embeddings, norm and head) at a time: one all-gather per unit, and never more than one unit unsharded.
 
-        Collective: all ranks must drain the iterator. A yielded tensor is valid until the next unit is gathered,
-        so consumers copy it (the rollout engines' load_weights do).
+        Collective: all ranks must drain the iterator. Each tensor is a copy that outlives its unit's gather, since
+        a consumer may hold it past the next one (vLLM defers a layer whose padded weights were loaded in part).
         """
         units = [(name, m) for name, m in self.model.named_modules() if isinstance(m, FSDPModule)]
         nested = tuple(f"{name}." for name, _ in units if name)
@@ -254,7 +254,7 @@ class FSDPEngine:
             unit.unshard()
             for name, param in unit.named_parameters(prefix=prefix):
                 if prefix or not name.startswith(nested):  # the root yields only what no layer owns
-                    yield name, param.detach()
+                    yield name, param.detach().clone()
             unit.reshard()
 
     def full_state_dict(self) -> dict[str, torch.Tensor]:
