@@ -302,9 +302,9 @@ def eval_command(
 
     Ctrl-C (or SIGTERM) saves the batch in progress and stops; rerun the same command to continue.
     """
-    from or1.preflight import check_eval_model, check_output_folder
+    from or1.preflight import check_model, check_output_folder
 
-    check_eval_model(model)
+    model = check_model(model, "--model")  # a hub id becomes its folder in the Hugging Face cache
     if out is not None:
         check_output_folder(out, "--out")
     from or1.eval.runner import run_eval

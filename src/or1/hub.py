@@ -18,8 +18,11 @@ def offline() -> bool:
     return os.environ.get("HF_HUB_OFFLINE", "").strip().lower() in ("1", "true", "yes", "on")
 
 
-def resolve_model(path_or_id: str | Path) -> Path:
-    """The local folder of a model given as a folder or a hub id (`org/name`, optionally `org/name@revision`)."""
+def resolve_model(path_or_id: str | Path, local_files_only: bool | None = None) -> Path:
+    """The local folder of a model given as a folder or a hub id (`org/name`, optionally `org/name@revision`).
+
+    `local_files_only` None follows HF_HUB_OFFLINE; True uses the cache without asking the hub.
+    """
     path = Path(path_or_id).expanduser()
     if path.is_dir():
         return path
@@ -31,7 +34,8 @@ def resolve_model(path_or_id: str | Path) -> Path:
     from huggingface_hub.errors import LocalEntryNotFoundError
 
     try:
-        return Path(snapshot_download(repo_id, revision=revision or None, local_files_only=offline()))
+        local = offline() if local_files_only is None else local_files_only
+        return Path(snapshot_download(repo_id, revision=revision or None, local_files_only=local))
     except LocalEntryNotFoundError:
         raise UserError(
             f"Model {repo_id} is not in the local Hugging Face cache and HF_HUB_OFFLINE is set; download it once "

@@ -54,24 +54,30 @@ def check_model_folder(path: str | Path, role: str = "model") -> None:
         raise UserError(f"{role} {folder} has no tokenizer (tokenizer.json or tokenizer_config.json); {hint}")
 
 
-def check_eval_model(model: str | Path, timeout: float = 5.0) -> None:
-    """`or1 eval --model`: a local model folder, or a hub id (owner/name) that is cached or answers within
-    `timeout` seconds, instead of minutes of hub retries for a mistyped path."""
+def check_model(model: str | Path, role: str, timeout: float = 5.0) -> Path:
+    """The local folder of `model`: a model folder as it is, or a hub id (owner/name) that is in the Hugging Face
+    cache or answers within `timeout` seconds (then fetched into the cache), instead of minutes of hub retries for a
+    mistyped path. `role` names the setting in the error (`--model`, `model.path:`)."""
     text = str(model)
     if Path(text).exists() or not HUB_ID.fullmatch(text):
-        check_model_folder(text, "--model")
-        return
+        check_model_folder(text, role)
+        return Path(text)
     from huggingface_hub import model_info, try_to_load_from_cache
 
-    if isinstance(try_to_load_from_cache(text, "config.json"), str):
-        return
-    try:
-        model_info(text, timeout=timeout)
-    except Exception as err:  # offline, unknown id, gated: each raises its own type
-        raise UserError(
-            f"--model {text} is neither a local folder nor a reachable hub model ({type(err).__name__}); pass a "
-            "model folder, or download it first (huggingface-cli download ID --local-dir DIR)"
-        ) from None
+    from or1.hub import resolve_model
+
+    cached = isinstance(try_to_load_from_cache(text, "config.json"), str)
+    if not cached:
+        try:
+            model_info(text, timeout=timeout)
+        except Exception as err:  # offline, unknown id, gated: each raises its own type
+            raise UserError(
+                f"{role} {text} is neither a local folder nor a reachable hub model ({type(err).__name__}); pass a "
+                "model folder, or download it first (huggingface-cli download ID --local-dir DIR)"
+            ) from None
+    folder = resolve_model(text, local_files_only=cached or None)
+    check_model_folder(folder, role)
+    return folder
 
 
 def check_output_folder(path: str | Path, flag: str) -> None:
@@ -189,8 +195,8 @@ def check_data_files(cfg: RunConfig) -> None:
 def check_cpu_inputs(cfg: RunConfig) -> None:
     """For a CPU recipe: its data files, and the start model of stage 1. (A GPU recipe on a CPU machine gets the
     GPU error first, from the trainer's own checks.)"""
-    if cfg.trainer.device == "cuda" or cfg.rollout.engine != "hf":
+    if cfg.trainer.device == "cuda":
         return
     check_data_files(cfg)
     if cfg.stage.index == 1:
-        check_model_folder(cfg.model.path, "model.path:")
+        check_model(cfg.model.path, "model.path:")

@@ -39,3 +39,25 @@ def test_a_missing_id_offline_is_one_clear_line(tmp_path: Path, monkeypatch: pyt
         resolve_model("nobody/no-such-model")
     with pytest.raises(UserError, match="not a folder and not a hub id"):
         resolve_model(tmp_path / "missing-folder")
+
+
+def test_train_and_eval_take_a_cached_hub_id(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """`model.path` / `--model` given as a hub id resolve to the cached snapshot; a missing one is one line."""
+    import huggingface_hub.constants
+
+    from or1.preflight import check_model
+
+    commit = "0123456789abcdef0123456789abcdef01234567"
+    repo = tmp_path / "models--tiny-org--tiny-model"
+    snapshot = repo / "snapshots" / commit
+    snapshot.mkdir(parents=True)
+    (snapshot / "config.json").write_text('{"model_type": "qwen2"}')
+    (snapshot / "model.safetensors").write_bytes(b"")
+    (snapshot / "tokenizer.json").write_text("{}")
+    (repo / "refs").mkdir()
+    (repo / "refs" / "main").write_text(commit)
+    monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    assert check_model("tiny-org/tiny-model", "model.path:") == snapshot
+    with pytest.raises(UserError, match="--model nobody/absent is neither a local folder nor a reachable hub"):
+        check_model("nobody/absent", "--model", timeout=1.0)

@@ -23,7 +23,7 @@ from or1.config.schema import RunConfig
 from or1.engines.loading import load_tokenizer
 from or1.errors import UserError
 from or1.hybrid import ResourcePool, WorkerError, WorkerGroup, colocate, ray_session
-from or1.preflight import check_data_files, check_model_folder, check_train
+from or1.preflight import check_data_files, check_model, check_train
 from or1.report import refresh_report
 from or1.stop import StopFlag
 from or1.trainer.checkpoint import CheckpointManager
@@ -359,8 +359,7 @@ def check_runnable(cfg: RunConfig, run_dir: Path) -> str:
                 f"{previous} does not exist; run --stage {cfg.stage.index - 1} first"
             )
         return str(previous)
-    check_model_folder(cfg.model.path, "model.path:")
-    return cfg.model.path
+    return str(check_model(cfg.model.path, "model.path:"))
 
 
 def critic_start(cfg: RunConfig, run_dir: Path, model_path: str) -> str:
