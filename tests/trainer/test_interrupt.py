@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from safetensors.torch import load_file
+from run_files import assert_same_weights, metrics, weights
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 STEPS = 4
@@ -37,24 +37,6 @@ def train_args(run_dir: Path, model_dir: Path, data_dir: Path) -> list[str]:
         "data.validation.max_problems=8",
     ]
     return ["train", "--recipe", RECIPE, "--run-dir", str(run_dir), *[a for s in sets for a in ("--set", s)]]
-
-
-def metrics(run_dir: Path) -> list[dict]:
-    """metrics.jsonl without its timings."""
-    lines = (run_dir / "stage1" / "metrics.jsonl").read_text().splitlines()
-    return [
-        {k: v for k, v in json.loads(line).items() if not k.startswith(("time/", "perf/"))} for line in lines
-    ]
-
-
-def weights(model_dir: Path) -> dict:
-    return load_file(model_dir / "model.safetensors")
-
-
-def assert_same_weights(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for name in a:
-        assert (a[name] == b[name]).all(), name
 
 
 def logged_steps(run_dir: Path) -> list[int]:

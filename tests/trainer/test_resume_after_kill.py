@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from safetensors.torch import load_file
+from run_files import assert_same_weights, metrics, weights
 
 from or1.trainer.checkpoint import CheckpointManager
 
@@ -68,23 +68,6 @@ def kill_while_writing(cmd: list[str], checkpoints: Path, step: int) -> None:
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait()
-
-
-def metrics(run_dir: Path, stage: str = "1") -> list[dict]:
-    lines = (run_dir / f"stage{stage}" / "metrics.jsonl").read_text().splitlines()
-    return [
-        {k: v for k, v in json.loads(line).items() if not k.startswith(("time/", "perf/"))} for line in lines
-    ]
-
-
-def weights(model_dir: Path) -> dict:
-    return load_file(model_dir / "model.safetensors")
-
-
-def assert_same_weights(a: dict, b: dict) -> None:
-    assert a.keys() == b.keys()
-    for name in a:
-        assert (a[name] == b[name]).all(), name
 
 
 def max_abs_diff(a: dict, b: dict) -> float:
