@@ -30,7 +30,7 @@ tiny-vllm:
     {{bin}}/or1 eval tiny/data/validation.parquet --model tiny/model --engine vllm --n 4 --temperature 1.0 --max-tokens 96 --out runs/tiny-vllm/eval/base
     {{bin}}/or1 eval tiny/data/validation.parquet --model runs/tiny-vllm/stage3/final --engine vllm --n 4 --temperature 1.0 --max-tokens 96 --out runs/tiny-vllm/eval/final
 
-# Rollout throughput of the two engines side by side (tiny model and a random 75M Qwen2) and weight-push seconds.
+# Rollout throughput of the two engines side by side (tiny model and a random 100M Qwen2) and weight-push seconds.
 bench-rollout *args:
     {{bin}}/python bench/bench_rollout.py "$@"
 

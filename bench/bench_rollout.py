@@ -2,7 +2,7 @@
 
 Usage: .venv/bin/python bench/bench_rollout.py [--model-dir tiny/model] [--rounds 3] [--threads 1]
 Two models, nothing downloaded: the tiny world's model when --model-dir names one (else a fresh 1.7M tiny-shaped
-Qwen2 with random weights), and a random-init Qwen2 of ~75M parameters built from a config. For each, both engines
+Qwen2 with random weights), and a random-init Qwen2 of ~100M parameters built from a config. For each, both engines
 (`hf`: or1's Hugging Face decode loop; `vllm`: vLLM in-process) sample the same prompts with the same settings;
 rounds alternate the engines and the median is reported. Generated tokens/s counts response tokens; "push s" is one
 `load_weights` of the whole model from (name, tensor) pairs, as the trainer does after every update (the HF engine
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import torch
 
-BIG = {  # ~75M parameters: head size 64, grouped-query attention, untied embeddings
+BIG = {  # ~100M parameters (25M of them the untied output head): head size 64, grouped-query attention
     "hidden_size": 768,
     "num_hidden_layers": 8,
     "num_attention_heads": 12,
@@ -143,7 +143,7 @@ def main() -> None:
         rows.append(bench_model("tiny", tiny_dir, tiny_dir == args.model_dir, args))
         big = Path(tmp) / "big"
         random_qwen2(big, BIG)
-        rows.append(bench_model("qwen2-75M (random)", big, False, args))
+        rows.append(bench_model("qwen2-100M (random)", big, False, args))
     print(f"load average {os.getloadavg()[0]:.1f}, {args.threads} thread(s), median of {args.rounds} rounds")
     print(
         f"{'model':<20} {'params':>8} {'hf tok/s':>9} {'vllm tok/s':>10} {'hf push s':>9} {'vllm push s':>11}"
