@@ -28,7 +28,7 @@ from or1.preflight import check_output_folder
 
 CODE_VALIDATION_SEED = 271828  # fixed for the same reason as the math validation set
 SPLITS = ("train", "validation", "code_train", "code_validation")
-RL_OPS = VALIDATION_OPS  # 2-operand problems are solved almost always after SFT: no RL signal (TINY.md)
+RL_OPS = VALIDATION_OPS  # 2-operand problems are solved almost always after SFT: no RL signal
 
 
 @dataclass(frozen=True)

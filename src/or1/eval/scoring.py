@@ -15,7 +15,7 @@ from or1.eval.metrics import ProblemSamples, SampleOutcome
 from or1.eval.samples import SampleRecord
 from or1.rewards.result import CORRECT
 
-SCORE_TIMEOUT = {"math": 5.0, "code": 6.0}  # RECIPE.md: 5 s math verification, 6 s per code test
+SCORE_TIMEOUT = {"math": 5.0, "code": 6.0}  # the paper: 5 s math verification, 6 s per code test
 
 
 def score_completions(

@@ -1,6 +1,6 @@
 """The tiny causal LM: a standard Qwen2ForCausalLM small enough to train and sample in seconds on a CPU.
 
-Hidden 192, 4 layers, 4 heads / 2 KV heads, FFN 512, tied embeddings: ~1.7M parameters (TINY.md measured 0.3 s per
+Hidden 192, 4 layers, 4 heads / 2 KV heads, FFN 512, tied embeddings: ~1.7M parameters (measured: 0.3 s per
 SFT step of batch 32 on one thread; a 4.8M model was 3x slower for no gain within minutes).
 """
 

@@ -1,7 +1,7 @@
 """A byte-level BPE tokenizer for the tiny world, with Qwen-style chat special tokens and template.
 
 Digits are split one per token so arithmetic stays learnable; on the tiny world's text BPE runs out of useful merges
-near 300 tokens (TINY.md), so the vocabulary is small and the embedding table costs little.
+near 300 tokens (measured on the tiny arithmetic), so the vocabulary is small and the embedding table costs little.
 """
 
 from __future__ import annotations

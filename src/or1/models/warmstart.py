@@ -1,6 +1,6 @@
 """Supervised warm start of the tiny model on solved synthetic arithmetic (loss on response tokens only).
 
-The schedule follows TINY.md: AdamW at 2.5e-3, 30 warm-up steps, then linear decay to 0.1x (decay mattered: the
+The schedule (measured on the tiny world): AdamW at 2.5e-3, 30 warm-up steps, then linear decay to 0.1x (decay mattered: the
 same budget without it solved a quarter as much). It runs a fixed number of steps so the result is deterministic
 from the seed, not from the machine's speed.
 """

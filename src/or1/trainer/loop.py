@@ -1,4 +1,4 @@
-"""The controller's training loop: one stage of GRPO / MAGIC, reading like the step in DESIGN.md.
+"""The controller's training loop: one stage of GRPO / MAGIC, reading like the step of the HybridFlow design (README).
 
 The controller holds no weights: it moves Batches between the actor/rollout worker group, the critic (GAE only) and
 the reward worker group, and keeps the small state of the algorithm (step, data position, entropy controller,

@@ -1,6 +1,6 @@
 """`or1 train`: resolve a stage, check it can run here, start the worker groups, resume, train, export.
 
-Run directory layout (DESIGN.md): <run_dir>/stage<N>/{config.yaml, metrics.jsonl, tensorboard/, checkpoints/,
+Run directory layout (README, "The tiny reproduction"): <run_dir>/stage<N>/{config.yaml, metrics.jsonl, tensorboard/, checkpoints/,
 prompt_stats.parquet, final/, summary.json} (+ final_critic/ under GAE). Stage N > 1 starts from
 <run_dir>/stage<N-1>/final (and its final_critic) and drops the prompts that earlier stages always solved
 (algorithm.online_filter).
