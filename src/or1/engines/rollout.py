@@ -15,14 +15,13 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal, Protocol
+from typing import Protocol
 
 import torch
 
 from or1.errors import UserError
 
-EngineKind = Literal["hf", "vllm"]
-ENGINES: tuple[str, ...] = ("hf", "vllm")
+ENGINES = ("hf", "vllm")
 
 
 @dataclass
