@@ -23,6 +23,8 @@ def train(run_dir: Path, model: Path, data: Path, stage: str, steps: int, resume
         "data.validation.sets=[]",
         "algorithm.advantage=gae",
         "algorithm.lam=0.95",
+        # the critic is the baseline: every step trains, also when the weak test base solves nothing in a group
+        "algorithm.rejection_sampling=false",
         f"trainer.steps={steps}",
         "trainer.save_every=1",
         "trainer.batch_size=8",

@@ -41,6 +41,8 @@ FINAL_CRITIC_DIR = "final_critic"
 CONFIG_FILE = "config.yaml"
 # Settings that change how a run is operated, not what it computes: a resume may change them freely.
 OPERATIONAL_KEYS = (
+    "trainer.steps",  # training a stage longer (or ending it sooner) leaves the steps already done as they were
+    "trainer.save_every",
     "trainer.loggers",
     "trainer.keep_checkpoints",
     "trainer.max_restarts",
