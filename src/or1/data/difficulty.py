@@ -11,13 +11,13 @@ Grading runs in engine actors (`Grader`): with Ray, one actor per worker on whic
 
 from __future__ import annotations
 
-import hashlib
 import json
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from or1.data.records import prompt_key
 from or1.errors import UserError
 
 CACHE_FILE = "difficulty_cache.jsonl"
@@ -32,12 +32,6 @@ class Sampling:
     top_p: float = 1.0
     max_new_tokens: int = 1024
     seed: int = 0
-
-
-def prompt_key(row: dict[str, Any]) -> str:
-    """A stable id of a prompt (its messages): the same key training uses for per-prompt solve counts."""
-    text = json.dumps(list(row["prompt"]), sort_keys=True, ensure_ascii=False)
-    return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
 class Grader:

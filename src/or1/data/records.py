@@ -7,6 +7,7 @@ it instead of crashing. `read_records` is strict: the first bad record is a one-
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -95,3 +96,10 @@ def _json_list(loaded: Any, path: Path) -> list[Any]:
     if not isinstance(loaded, list):
         raise UserError(f"{path} must hold a JSON list of records (or an object with one list).")
     return loaded
+
+
+def prompt_key(row: dict[str, Any]) -> str:
+    """A stable id of a prompt (its messages), shared by training's per-prompt solve counts across stages and by
+    data preparation's difficulty counts."""
+    text = json.dumps(list(row["prompt"]), sort_keys=True, ensure_ascii=False)
+    return hashlib.sha1(text.encode()).hexdigest()[:16]

@@ -7,8 +7,6 @@ max_prompt_length tokens are dropped once, at load time, and counted.
 
 from __future__ import annotations
 
-import hashlib
-import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,6 +15,7 @@ from typing import Any
 import numpy as np
 from transformers import PreTrainedTokenizerBase
 
+from or1.data.records import prompt_key
 from or1.data.schema import read_rows
 from or1.errors import UserError
 from or1.hybrid.batch import Batch
@@ -25,12 +24,6 @@ from or1.hybrid.batch import Batch
 def read_prompt_rows(path: str | Path) -> list[dict[str, Any]]:
     """or1 rows from a .parquet, .jsonl or .json file (checked against the row schema)."""
     return read_rows(path)
-
-
-def prompt_key(row: dict[str, Any]) -> str:
-    """A stable id of a prompt (its messages), shared across stages: what per-prompt solve counts are keyed by."""
-    text = json.dumps(list(row["prompt"]), sort_keys=True, ensure_ascii=False)
-    return hashlib.sha1(text.encode()).hexdigest()[:16]
 
 
 def encode_prompt(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, str]]) -> list[int]:
