@@ -13,7 +13,7 @@ from collections.abc import Iterable
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from or1.engines.rollout import Generations, SamplingParams, check_prompts
+from or1.engines.rollout import Generations, SamplingParams, check_prompts, pad_id_of
 from or1.errors import UserError
 
 
@@ -30,9 +30,7 @@ class HFRolloutEngine:
             raise UserError(f"micro_batch_size must be at least 1, got {micro_batch_size}.")
         self.model = model
         self.micro_batch_size = micro_batch_size
-        self.pad_token_id = (
-            tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id
-        )
+        self.pad_token_id = pad_id_of(tokenizer)
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos = tokenizer.eos_token_id if eos is None else eos
         self.default_stop_ids = [eos] if isinstance(eos, int) else list(eos)

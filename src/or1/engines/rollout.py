@@ -117,7 +117,7 @@ def load_rollout_engine(
         return VLLMRolloutEngine(
             model_path,
             stop_ids_of(model_path, tokenizer),
-            pad_token_id=_pad_id(tokenizer),
+            pad_token_id=pad_id_of(tokenizer),
             dtype=dtype,
             max_model_len=max_model_len,
             seed=seed,
@@ -129,5 +129,6 @@ def load_rollout_engine(
     return HFRolloutEngine(model.to("cuda") if gpu else model, tokenizer, micro_batch_size=micro_batch_size)
 
 
-def _pad_id(tokenizer) -> int:
+def pad_id_of(tokenizer) -> int:
+    """The id that pads prompts and responses: the tokenizer's pad token, else its eos."""
     return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

@@ -26,7 +26,7 @@ from or1.algos.losses import LossConfig
 from or1.config.schema import RunConfig
 from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
 from or1.engines.loading import load_causal_lm, load_tokenizer
-from or1.engines.rollout import RolloutEngine, SamplingParams, stop_ids_of
+from or1.engines.rollout import RolloutEngine, SamplingParams, pad_id_of, stop_ids_of
 from or1.hybrid.batch import Batch
 from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.worker import Worker
@@ -75,15 +75,13 @@ class ActorRolloutRefWorker(Worker):
             [dist.new_group(list(range(g, g + tp))) for g in range(0, self.world_size, tp)] if tp > 1 else []
         )
         self.tp_group = groups[self.tp_index] if groups else None
-        pad_id = self.tokenizer.pad_token_id
-        pad_id = self.tokenizer.eos_token_id if pad_id is None else pad_id
         if r.engine == "vllm":
             from or1.engines.vllm_rollout import VLLMRolloutEngine
 
             return VLLMRolloutEngine(
                 self.model_path,
                 stop_ids_of(self.model_path, self.tokenizer),
-                pad_token_id=pad_id,
+                pad_token_id=pad_id_of(self.tokenizer),
                 dtype=dtype,
                 max_model_len=self.cfg.data.max_prompt_length + self._longest_response(),
                 seed=self.cfg.trainer.seed,
