@@ -59,5 +59,7 @@ def test_train_and_eval_take_a_cached_hub_id(tmp_path: Path, monkeypatch: pytest
     monkeypatch.setattr(huggingface_hub.constants, "HF_HUB_CACHE", str(tmp_path))
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     assert check_model("tiny-org/tiny-model", "model.path:") == snapshot
-    with pytest.raises(UserError, match="--model nobody/absent is neither a local folder nor a reachable hub"):
+    with pytest.raises(
+        UserError, match="--model nobody/absent is neither a local folder nor a reachable hub"
+    ):
         check_model("nobody/absent", "--model", timeout=1.0)
