@@ -3,8 +3,9 @@
 `FSDPTrainEngine` is the policy (a causal LM: log-probs, entropy, the PPO-clip update); `FSDPCriticEngine` is PPO's
 critic (the same architecture with a value head: values, the clipped value update). One engine of each role lives
 in every data-parallel rank (ActorRolloutRef and Critic workers, colocated). `torch.distributed` must already be
-initialised (gloo on CPU; nccl for CUDA tensors with gloo for CPU ones on GPU); every method that touches the model is collective: all ranks call it with
-shards of equal size (DP_COMPUTE dispatch guarantees that, and the engine pads the micro-batch count anyway).
+initialised (gloo on CPU; on GPU nccl for CUDA tensors and gloo for the CPU tensors of the bookkeeping collectives);
+every method that touches the model is collective: all ranks call it with shards of equal size (DP_COMPUTE dispatch
+guarantees that, and the engine pads the micro-batch count anyway).
 
 Batch layout (tensors, first dim = sequences): `input_ids` / `attention_mask` [B, P + R] with left-padded prompts
 and right-padded responses, `responses` / `response_mask` [B, R] (the last R columns of input_ids; response_mask
@@ -388,7 +389,7 @@ class FSDPEngine:
             for state in self.optimizer.state.values():
                 for key, value in state.items():
                     if isinstance(value, torch.Tensor) and key != "step":  # Adam's step counter stays put
-                        state[key] = value.to(device, non_blocking=True)
+                        state[key] = value.to(device)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
 
