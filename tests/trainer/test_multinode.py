@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -23,7 +24,7 @@ from or1.errors import UserError
 from or1.hybrid import ResourcePool, WorkerGroup, ray_session
 from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.worker import Worker
-from or1.trainer.checkpoint import check_visible
+from or1.trainer.checkpoint import LATEST_FILE, check_visible
 
 pytestmark = pytest.mark.multinode
 
@@ -131,3 +132,39 @@ def test_a_checkpoint_missing_other_nodes_files_names_shared_storage(tmp_path: P
         UserError, match=r"lacks rng_rank1.pt as seen from the controller.*not shared storage"
     ):
         check_visible(tmp_path, ["model/config.json", "rng_rank0.pt", "rng_rank1.pt"])
+
+
+@pytest.mark.slow
+def test_a_lost_worker_node_goes_through_the_restart_path(
+    cluster, tmp_path: Path, tiny_model_dir: Path, tiny_data_dir: Path
+) -> None:
+    """The worker node dies after step 1's checkpoint and a replacement joins: the run restarts its workers from that
+    checkpoint on the nodes the cluster has then and finishes. Last in this module: it replaces the worker node."""
+    c, worker_node = cluster
+    run_dir = tmp_path / "lost_node"
+    layout = ["trainer.nnodes=2", "trainer.devices_per_node=1"]
+    proc = subprocess.Popen(
+        command(run_dir, tiny_model_dir, tiny_data_dir, layout, c.address),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    latest = run_dir / "stage1" / "checkpoints" / LATEST_FILE
+    deadline = time.monotonic() + 400
+    try:
+        while not (latest.is_file() and latest.read_text().strip() == "step_1"):
+            assert proc.poll() is None and time.monotonic() < deadline, (
+                "the run ended before step 1's checkpoint"
+            )
+            time.sleep(0.05)
+        c.remove_node(worker_node, allow_graceful=False)  # as a machine that loses power
+        c.add_node(num_cpus=WORKER_CPUS)  # its replacement joins
+        out, _ = proc.communicate(timeout=600)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, out[-3000:]
+    assert "restarting the workers from the latest checkpoint (restart 1 of at most 2)" in out
+    assert "resuming stage 1 from" in out
+    assert [m["step"] for m in metrics(run_dir)] == [0, 1, 2]
+    assert (run_dir / "stage1" / "final" / "model.safetensors").is_file()
