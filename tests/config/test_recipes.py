@@ -147,3 +147,106 @@ def test_real_recipes_use_the_paper_algorithm(recipe):
             and validation.n == 8
             and validation.temperatures == [0.6, 1.0]
         )
+
+
+def _leaves(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            out |= _leaves(value, f"{prefix}{key}.")
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
+
+
+# What the GPU variant of the tiny recipe changes, and nothing else.
+TINY_GPU_CHANGES = {
+    "recipe": ("tiny", "tiny-gpu"),
+    "model.dtype": ("float32", "bfloat16"),
+    "rollout.engine": ("hf", "vllm"),
+    "rollout.gpu_memory_utilization": (0.6, 0.3),
+    "actor.offload": (False, True),
+    "trainer.devices_per_node": (2, 1),
+    "trainer.device": ("cpu", "cuda"),
+}
+
+
+def test_tiny_gpu_is_the_tiny_recipe_on_one_gpu_with_vllm():
+    assert stage_names(load_recipe("tiny-gpu")[1]) == stage_names(load_recipe("tiny")[1])
+    for stage in (1, 2, 3):
+        cpu, gpu = (
+            _leaves(resolve("tiny", stage).model_dump()),
+            _leaves(resolve("tiny-gpu", stage).model_dump()),
+        )
+        assert cpu.keys() == gpu.keys()
+        changed = {k: (cpu[k], gpu[k]) for k in cpu if cpu[k] != gpu[k]}
+        assert changed == TINY_GPU_CHANGES
+
+
+GPU_RECIPES = sorted(
+    p.stem for p in RECIPES_DIR.glob("*.yaml") if resolve(p.stem, 1).trainer.device == "cuda"
+)
+
+
+def test_every_gpu_recipe_is_known():
+    assert GPU_RECIPES == [
+        "or1-32b",
+        "or1-32b-preview",
+        "or1-7b",
+        "or1-7b-preview",
+        "or1-math-7b",
+        "tiny-gpu",
+    ]
+
+
+@pytest.mark.parametrize("recipe", GPU_RECIPES)
+def test_gpu_recipes_build_their_fsdp_policies(recipe):
+    import torch
+    from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
+
+    from or1.engines.fsdp import TrainSettings, fsdp_policies
+
+    for stage in range(1, len(stage_names(load_recipe(recipe)[1])) + 1):
+        config = resolve(recipe, stage)
+        settings = TrainSettings.from_config(config, device="cuda:0")
+        # float32 master weights, bfloat16 compute, float32 gradient reduction; offload between phases
+        assert (settings.dtype, settings.mixed_precision, settings.compute_dtype) == (
+            "float32",
+            "bfloat16",
+            "bfloat16",
+        )
+        assert settings.offload and not settings.fsdp_cpu_offload
+        assert settings.gradient_checkpointing == config.model.gradient_checkpointing
+        policies = fsdp_policies(settings)
+        assert policies == {
+            "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        }
+        pinned = fsdp_policies(
+            TrainSettings.from_config(resolve(recipe, stage, ["actor.fsdp_cpu_offload=true"]), device="cuda")
+        )
+        assert isinstance(pinned["offload_policy"], CPUOffloadPolicy) and pinned["offload_policy"].pin_memory
+        # the critic (GAE) has no offload settings; on the CPU everything is float32 whatever the recipe says
+        critic = TrainSettings.from_config(config, config.critic, device="cuda")
+        assert (critic.mixed_precision, critic.offload) == ("bfloat16", False)
+        on_cpu = TrainSettings.from_config(config, device="cpu")
+        assert (on_cpu.dtype, on_cpu.mixed_precision, on_cpu.offload, fsdp_policies(on_cpu)) == (
+            "float32",
+            None,
+            False,
+            {},
+        )
+
+
+def test_gpu_settings_on_a_cpu_engine_are_refused():
+    import torch
+    import torch.distributed as dist
+
+    from or1.engines.fsdp import FSDPEngine, TrainSettings
+
+    settings = TrainSettings(device="cpu", mixed_precision="bfloat16")
+    dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)
+    try:
+        with pytest.raises(ValueError, match="mixed precision and offload are CUDA settings"):
+            FSDPEngine(torch.nn.Linear(2, 2), settings)
+    finally:
+        dist.destroy_process_group()

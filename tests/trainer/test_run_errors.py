@@ -39,6 +39,19 @@ def test_gpu_recipe_on_a_cpu_machine(tmp_path: Path) -> None:
         run_train(RECIPE, "1", tmp_path / "run", ["trainer.device=cuda"])
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks a driver without CUDA")
+def test_a_gpu_recipe_may_join_a_cluster_whose_gpus_are_on_other_machines(tmp_path: Path) -> None:
+    from or1.config.loading import resolve
+    from or1.trainer.run import check_runnable
+
+    cfg = resolve("tiny-gpu", 1, [f"data.train_files=[{tmp_path / 'absent.parquet'}]"])
+    with pytest.raises(UserError, match="needs CUDA GPUs"):
+        check_runnable(cfg, tmp_path)
+    # joining a cluster: no local CUDA check (the resource pool asks the cluster for GPUs); the next check speaks
+    with pytest.raises(UserError, match=r"data.train_files: .*absent.parquet is not a file"):
+        check_runnable(cfg, tmp_path, ray_address="auto")
+
+
 def test_vllm_engine_needs_a_usable_vllm_build(monkeypatch: pytest.MonkeyPatch) -> None:
     from or1.engines import vllm_compat
     from or1.trainer.run import check_vllm_usable

@@ -114,7 +114,14 @@ class ActorConfig(OptimConfig):
         "(Dr. GRPO): per-sequence sums / rollout.max_response_length, averaged over sequences.",
     )
     offload: bool = Field(
-        False, description="Offload FSDP parameters and optimizer to CPU between phases (GPU)."
+        False,
+        description="Move the FSDP parameters and optimizer state to host memory while the colocated rollout "
+        "engine generates, back before the next pass (GPU).",
+    )
+    fsdp_cpu_offload: bool = Field(
+        False,
+        description="FSDP2 CPUOffloadPolicy: parameters, gradients and optimizer state live in host memory all "
+        "the time and the optimizer steps on the CPU (GPU; slow, for models that do not fit otherwise).",
     )
     sequence_parallel_size: int = Field(1, ge=1, description="Ulysses sequence parallelism (GPU path).")
 

@@ -3,14 +3,22 @@
 `FSDPTrainEngine` is the policy (a causal LM: log-probs, entropy, the PPO-clip update); `FSDPCriticEngine` is PPO's
 critic (the same architecture with a value head: values, the clipped value update). One engine of each role lives
 in every data-parallel rank (ActorRolloutRef and Critic workers, colocated). `torch.distributed` must already be
-initialised (gloo on CPU, nccl on GPU); every method that touches the model is collective: all ranks call it with
-shards of equal size (DP_COMPUTE dispatch guarantees that, and the engine pads the micro-batch count anyway).
+initialised (gloo on CPU; on GPU nccl for CUDA tensors and gloo for the CPU tensors of the bookkeeping collectives);
+every method that touches the model is collective: all ranks call it with shards of equal size (DP_COMPUTE dispatch
+guarantees that, and the engine pads the micro-batch count anyway).
 
 Batch layout (tensors, first dim = sequences): `input_ids` / `attention_mask` [B, P + R] with left-padded prompts
 and right-padded responses, `responses` / `response_mask` [B, R] (the last R columns of input_ids; response_mask
 is the loss mask), plus `old_log_probs`, `advantages` (and `ref_log_probs`) [B, R] for the policy's update and
 `values`, `returns` [B, R] for the critic's. Each micro-batch is cut to its own longest row before the forward
 pass, so compute is paid only for real tokens of kept rows.
+
+On CUDA (`TrainSettings.from_config` with a cuda device): parameters are kept in float32 and FSDP2's
+MixedPrecisionPolicy computes in model.dtype (bfloat16) with float32 gradient reduction; `actor.offload` moves the
+sharded parameters and optimizer state to host memory between phases (`offload` / `onload`, called by the worker
+around the colocated rollout); `actor.fsdp_cpu_offload` keeps them on the host all the time (FSDP2's
+CPUOffloadPolicy: the optimizer steps on the CPU). Micro-batches move to the device inside the passes and results
+come back on the CPU.
 """
 
 from __future__ import annotations
@@ -31,7 +39,8 @@ from torch.distributed.checkpoint.state_dict import (
     set_model_state_dict,
     set_optimizer_state_dict,
 )
-from torch.distributed.fsdp import FSDPModule, fully_shard
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from transformers import PreTrainedModel
 
 from or1.algos.losses import (
@@ -67,7 +76,11 @@ OPTIMIZER_FILE = "optimizer.pt"
 class TrainSettings:
     """What an engine needs from the recipe (actor.* or critic.*, and model.*), in one typed place."""
 
-    dtype: str = "float32"
+    dtype: str = "float32"  # parameter (and optimizer state) dtype
+    device: str = "cpu"
+    mixed_precision: str | None = None  # FSDP2 compute dtype (CUDA only); gradients are reduced in float32
+    offload: bool = False  # move parameters and optimizer state to the host between phases (CUDA)
+    fsdp_cpu_offload: bool = False  # FSDP2 CPUOffloadPolicy: keep them on the host all the time (CUDA)
     gradient_checkpointing: bool = False
     lr: float = 1e-6
     betas: tuple[float, float] = (0.9, 0.999)
@@ -79,14 +92,26 @@ class TrainSettings:
     epochs: int = 1  # passes over each batch
 
     @classmethod
-    def from_config(cls, cfg: RunConfig, section: ActorConfig | CriticConfig | None = None) -> TrainSettings:
-        """Settings of the actor (default) or of the optimiser section given (cfg.critic)."""
+    def from_config(
+        cls, cfg: RunConfig, section: ActorConfig | CriticConfig | None = None, device: str = "cpu"
+    ) -> TrainSettings:
+        """Settings of the actor (default) or of the optimiser section given (cfg.critic) on `device` (the rank's
+        resolved device: "cpu" or "cuda[:i]").
+
+        CPU: everything in float32 (CPU kernels want it), no offload. CUDA: float32 parameters with model.dtype as
+        the mixed-precision compute dtype, and the section's offload settings (the actor's; the critic has none).
+        """
         actor = section if section is not None else cfg.actor
         # the critic's None means the actor's mini-batch size
         mini_batch = actor.ppo_mini_batch_size or cfg.actor.ppo_mini_batch_size
-        dtype = "float32" if cfg.trainer.device == "cpu" else cfg.model.dtype  # CPU kernels want float32
+        on_gpu = torch.device(device).type == "cuda"
+        mixed = cfg.model.dtype if on_gpu and cfg.model.dtype != "float32" else None
         return cls(
-            dtype=dtype,
+            dtype="float32",
+            device=device,
+            mixed_precision=mixed,
+            offload=on_gpu and getattr(actor, "offload", False),
+            fsdp_cpu_offload=on_gpu and getattr(actor, "fsdp_cpu_offload", False),
             gradient_checkpointing=cfg.model.gradient_checkpointing,
             lr=actor.lr,
             betas=tuple(actor.betas),
@@ -97,6 +122,23 @@ class TrainSettings:
             mini_batches=max(1, cfg.trainer.batch_size // mini_batch),
             epochs=actor.ppo_epochs,
         )
+
+    @property
+    def compute_dtype(self) -> str:
+        """The dtype the forward passes run in (the rollout engine's dtype too)."""
+        return self.mixed_precision or self.dtype
+
+
+def fsdp_policies(settings: TrainSettings) -> dict[str, object]:
+    """fully_shard's mixed-precision and offload policies for these settings (empty on CPU: plain float32)."""
+    policies: dict[str, object] = {}
+    if settings.mixed_precision:
+        policies["mp_policy"] = MixedPrecisionPolicy(
+            param_dtype=DTYPES[settings.mixed_precision], reduce_dtype=torch.float32
+        )
+    if settings.fsdp_cpu_offload:
+        policies["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
+    return policies
 
 
 class FSDPEngine:
@@ -111,6 +153,13 @@ class FSDPEngine:
         if not dist.is_initialized():
             raise RuntimeError("FSDP engines need torch.distributed initialised (Worker.init_distributed)")
         self.settings = settings
+        self.device = torch.device(settings.device)
+        if self.device.type != "cuda" and (
+            settings.mixed_precision or settings.offload or settings.fsdp_cpu_offload
+        ):
+            raise ValueError(
+                "mixed precision and offload are CUDA settings; on the CPU everything is float32"
+            )
         self.world_size = dist.get_world_size()
         self.rank = dist.get_rank()
         self.config = model.config
@@ -120,9 +169,14 @@ class FSDPEngine:
         self.tied_aliases = {name for name, _ in model.named_parameters(remove_duplicate=False)} - unique
         if settings.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        shard: dict[str, object] = fsdp_policies(settings)
+        if self.device.type == "cuda":
+            # the model was loaded on the host: fully_shard moves each rank's shards to its GPU (or keeps them on
+            # the host under CPUOffloadPolicy), so no rank ever holds the whole model in GPU memory
+            shard["mesh"] = init_device_mesh("cuda", (self.world_size,))
         for layer in decoder_layers(model):
-            fully_shard(layer)
-        fully_shard(model)
+            fully_shard(layer, **shard)
+        fully_shard(model, **shard)
         self.model = model
         self.model.train(trainable)
         self.optimizer: torch.optim.Optimizer | None = None
@@ -156,10 +210,10 @@ class FSDPEngine:
         outs: dict[str, list[torch.Tensor]] = {}
         try:
             for rows in self._micro_slices(batch.tensors["input_ids"].shape[0]):
-                result = forward(_take(batch.tensors, rows))
+                result = forward(_take(batch.tensors, rows, self.device))
                 if rows.stop > rows.start:  # a padding micro-batch only keeps the collectives aligned
                     for key, value in result.items():
-                        outs.setdefault(key, []).append(value)
+                        outs.setdefault(key, []).append(value.cpu())
         finally:
             self.model.train(was_training)
         return Batch(tensors={k: torch.cat(v) for k, v in outs.items()})
@@ -179,7 +233,7 @@ class FSDPEngine:
         self.model.train()
         for _ in range(self.settings.epochs):
             for mini in _even_slices(rows, self.settings.mini_batches):
-                mini_tensors = _take(tensors, mini)
+                mini_tensors = _take(tensors, mini, self.device)
                 tokens, seqs = self._global_counts(mini_tensors["response_mask"])
                 slices = self._micro_slices(mini_tensors["input_ids"].shape[0])
                 for i, micro_rows in enumerate(slices):
@@ -316,18 +370,36 @@ class FSDPEngine:
         dist.broadcast_object_list(holder, 0)
         self.scheduler.load_state_dict(holder[0])
 
-    def offload(self, params: bool = True, optimizer: bool = True) -> None:
-        """No-op on CPU (parameters and optimizer state already live in host memory); the GPU engine moves them."""
+    def offload(self) -> None:
+        """With settings.offload, move the sharded parameters and the optimizer state to host memory (the colocated
+        rollout engine gets the GPU); otherwise a no-op, as on the CPU or under FSDP2's CPUOffloadPolicy."""
+        if self.settings.offload and not self.settings.fsdp_cpu_offload:
+            self._move_states(torch.device("cpu"))
+            torch.cuda.empty_cache()
+
+    def onload(self) -> None:
+        """Undo `offload` before the next pass."""
+        if self.settings.offload and not self.settings.fsdp_cpu_offload:
+            self._move_states(self.device)
+
+    @torch.no_grad()
+    def _move_states(self, device: torch.device) -> None:
+        self.model.to(device)  # FSDP2 reshards first, then moves each rank's shards (and any gradients)
+        if self.optimizer is not None:
+            for state in self.optimizer.state.values():
+                for key, value in state.items():
+                    if isinstance(value, torch.Tensor) and key != "step":  # Adam's step counter stays put
+                        state[key] = value.to(device)
+        if device.type == "cuda":
+            torch.cuda.synchronize(device)
 
 
 class FSDPTrainEngine(FSDPEngine):
     """The policy (actor, or the frozen reference when trainable=False): a causal LM under FSDP2."""
 
-    def __init__(
-        self, model_path: str | Path, settings: TrainSettings, *, trainable: bool = True, device: str = "cpu"
-    ):
+    def __init__(self, model_path: str | Path, settings: TrainSettings, *, trainable: bool = True):
         super().__init__(
-            load_causal_lm(model_path, dtype=DTYPES[settings.dtype]).to(device), settings, trainable=trainable
+            load_causal_lm(model_path, dtype=DTYPES[settings.dtype]), settings, trainable=trainable
         )
 
     def _forward(self, micro: dict[str, torch.Tensor], temperature: float, with_entropy: bool):
@@ -385,10 +457,8 @@ class FSDPTrainEngine(FSDPEngine):
 class FSDPCriticEngine(FSDPEngine):
     """The critic of PPO with GAE: the policy's architecture with a scalar value head (token classification)."""
 
-    def __init__(
-        self, model_path: str | Path, settings: TrainSettings, *, cliprange_value: float, device: str = "cpu"
-    ):
-        super().__init__(load_value_model(model_path, dtype=DTYPES[settings.dtype]).to(device), settings)
+    def __init__(self, model_path: str | Path, settings: TrainSettings, *, cliprange_value: float):
+        super().__init__(load_value_model(model_path, dtype=DTYPES[settings.dtype]), settings)
         self.cliprange_value = cliprange_value
 
     def _forward(self, micro: dict[str, torch.Tensor]) -> torch.Tensor:
@@ -427,11 +497,14 @@ def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
     return list(layers)
 
 
-def _take(tensors: dict[str, torch.Tensor], rows: slice) -> dict[str, torch.Tensor]:
-    """The rows of every tensor; an empty slice stands for one dummy row (a padding micro-batch)."""
+def _take(
+    tensors: dict[str, torch.Tensor], rows: slice, device: torch.device | None = None
+) -> dict[str, torch.Tensor]:
+    """The rows of every tensor (on `device` when given); an empty slice stands for one dummy row (a padding
+    micro-batch)."""
     if rows.stop <= rows.start:
         rows = slice(0, 1)
-    return {k: v[rows] for k, v in tensors.items()}
+    return {k: v[rows] if device is None else v[rows].to(device) for k, v in tensors.items()}
 
 
 def _even_slices(rows: int, parts: int) -> list[slice]:

@@ -125,7 +125,7 @@ class HFRolloutEngine:
     def sleep(self) -> None:
         """No-op: on CPU the KV cache lives only inside a generate call and the weights are needed right after."""
 
-    def wake_up(self) -> None:
+    def wake_up(self, tags: list[str] | None = None) -> None:
         """No-op, for the same reason as sleep (vLLM's engine frees and restores GPU memory here)."""
 
 

@@ -69,8 +69,9 @@ class RolloutEngine(Protocol):
     def sleep(self) -> None:
         """Free accelerator memory (KV cache, weights) while the trainer runs; a no-op where unsupported."""
 
-    def wake_up(self) -> None:
-        """Undo `sleep` before the next weights push and generation."""
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Undo `sleep` before the next weights push and generation: all of it (tags None), or only "weights" or
+        "kv_cache" (a weights push needs only the weights' memory)."""
 
 
 def check_prompts(prompts: list[list[int]], sampling: SamplingParams) -> None:

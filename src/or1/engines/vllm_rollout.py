@@ -99,9 +99,10 @@ class VLLMRolloutEngine:
             self.llm.sleep(level=1)
             self.asleep = True
 
-    def wake_up(self) -> None:
-        if self.asleep:
-            self.llm.wake_up()
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        """Restore what `sleep` freed: everything (tags None), or only "weights" / "kv_cache" (vLLM's tags; the
+        engine schedules again once both are back)."""
+        if self.asleep and self.llm.wake_up(tags=tags):  # True once fully awake
             self.asleep = False
 
 

@@ -1,8 +1,12 @@
 """ResourcePool: a fixed set of ranks (nodes x devices per node) reserved as Ray placement groups.
 
-One placement group per node, STRICT_PACK so that a node's ranks share a machine (fast intra-node collectives),
-one bundle per rank. Rank r lives on node r // devices_per_node, bundle r % devices_per_node. A pool hosts one
-set of rank actors; several roles share it through `colocate` (one process per rank), never two groups.
+Rank r lives on node r // devices_per_node, with local rank r % devices_per_node. A node's ranks always share a
+machine (fast intra-node collectives). When the cluster has at least `nnodes` machines that can each host a whole
+node, the nodes are spread over distinct machines: one STRICT_SPREAD placement group with one bundle per node
+(the resources of all its ranks; each rank actor takes its share of its node's bundle). Otherwise (one big machine
+standing in for several nodes, as in tests) each node is its own STRICT_PACK placement group with one bundle per
+rank, and several nodes may share a machine. A pool hosts one set of rank actors; several roles share it through
+`colocate` (one process per rank), never two groups.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ from or1.errors import UserError
 
 @dataclass(frozen=True)
 class Slot:
-    """Where one rank goes: its node's placement group and bundle."""
+    """Where one rank goes: a placement group and the bundle within it."""
 
     placement_group: PlacementGroup
     bundle_index: int
@@ -47,6 +51,7 @@ class ResourcePool:
         self.cpus_per_worker = cpus_per_worker
         self.ready_timeout_s = ready_timeout_s
         self._groups: list[PlacementGroup] = []
+        self.spread = False  # True once reserved with one node per machine
         self.owner: str | None = None  # name of the worker group whose actors hold the bundles
 
     @property
@@ -61,6 +66,9 @@ class ResourcePool:
         """One Slot per rank in rank order; reserves the placement groups on first use."""
         if not self._groups:
             self._reserve()
+        if self.spread:
+            (pg,) = self._groups
+            return [Slot(pg, n, i) for n in range(self.nnodes) for i in range(self.devices_per_node)]
         return [Slot(pg, i, i) for pg in self._groups for i in range(self.devices_per_node)]
 
     def release(self) -> None:
@@ -68,14 +76,23 @@ class ResourcePool:
         for pg in self._groups:
             remove_placement_group(pg)
         self._groups = []
+        self.spread = False
         self.owner = None
 
+    def node_bundle(self) -> dict[str, float]:
+        """Resources of one node: all its ranks'."""
+        return {k: v * self.devices_per_node for k, v in self.bundle().items()}
+
     def _reserve(self) -> None:
-        self.check_cluster()
-        groups = [
-            placement_group([self.bundle()] * self.devices_per_node, strategy="STRICT_PACK")
-            for _ in range(self.nnodes)
-        ]
+        hosts = self.check_cluster()
+        self.spread = self.nnodes > 1 and hosts >= self.nnodes
+        if self.spread:
+            groups = [placement_group([self.node_bundle()] * self.nnodes, strategy="STRICT_SPREAD")]
+        else:
+            groups = [
+                placement_group([self.bundle()] * self.devices_per_node, strategy="STRICT_PACK")
+                for _ in range(self.nnodes)
+            ]
         ready = [pg.ready() for pg in groups]
         done, _ = ray.wait(ready, num_returns=len(ready), timeout=self.ready_timeout_s)
         if len(done) < len(ready):
@@ -87,14 +104,16 @@ class ResourcePool:
             )
         self._groups = groups
 
-    def check_cluster(self) -> None:
-        """Fail with one sentence naming what is missing when the cluster can never host this pool."""
-        per_node = {k: v * self.devices_per_node for k, v in self.bundle().items()}
+    def check_cluster(self) -> int:
+        """How many machines of the cluster can each host one node; fails with one sentence naming what is
+        missing when the cluster can never host this pool."""
+        per_node = self.node_bundle()
         alive = [n["Resources"] for n in ray.nodes() if n.get("Alive")]
+        fits = [min(int(r.get(k, 0) // v) for k, v in per_node.items()) for r in alive]
         # A machine big enough for several of our "nodes" can host several placement groups.
-        room = sum(min(int(r.get(k, 0) // v) for k, v in per_node.items()) for r in alive)
+        room = sum(fits)
         if room >= self.nnodes:
-            return
+            return sum(1 for f in fits if f >= 1)
         largest = {k: max((r.get(k, 0) for r in alive), default=0) for k in per_node}
         short = [f"{v - largest[k]:g} {k}" for k, v in per_node.items() if largest[k] < v]
         missing = (

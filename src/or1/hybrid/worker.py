@@ -17,6 +17,8 @@ import torch.distributed as dist
 
 from or1.hybrid.dispatch import Dispatch, register
 
+GPU_BACKEND = "cpu:gloo,cuda:nccl"  # one default group; each tensor's collective runs on its device's backend
+
 
 class Worker:
     """Rank bookkeeping, torch.distributed setup and device choice shared by all roles.
@@ -55,13 +57,14 @@ class Worker:
     def init_distributed(self, backend: str | None = None, timeout_s: float = 1800.0) -> None:
         """Join the default process group of this worker group (idempotent: colocated roles share one).
 
-        backend None picks nccl on a GPU and gloo on the CPU. A collective that waits longer than timeout_s
-        (e.g. a peer rank died) raises instead of hanging forever.
+        backend None picks gloo on the CPU and, on a GPU, nccl for CUDA tensors with gloo beside it for CPU tensors
+        (the engines' small bookkeeping collectives: token counts, metrics, flags). A collective that waits longer
+        than timeout_s (e.g. a peer rank died) raises instead of hanging forever.
         """
         if dist.is_initialized():
             return
         device = self.device
-        backend = backend or ("nccl" if device.type == "cuda" else "gloo")
+        backend = backend or (GPU_BACKEND if device.type == "cuda" else "gloo")
         if device.type == "cuda":
             torch.cuda.set_device(device)
         dist.init_process_group(
@@ -70,7 +73,7 @@ class Worker:
             rank=self.rank,
             world_size=self.world_size,
             timeout=timedelta(seconds=timeout_s),
-            device_id=device if backend == "nccl" else None,
+            device_id=device if "nccl" in backend else None,
         )
 
     def destroy_distributed(self) -> None:

@@ -21,6 +21,8 @@ from typing import Any
 import numpy as np
 import torch
 
+from or1.errors import UserError
+
 CONTROLLER_FILE = "controller.pt"
 LATEST_FILE = "latest"
 _STEP_DIR = re.compile(r"^step_(\d+)$")
@@ -77,6 +79,22 @@ class CheckpointManager:
     def prune(self) -> None:
         for _, folder in self.complete()[: -self.keep]:
             shutil.rmtree(folder, ignore_errors=True)
+
+
+def check_visible(folder: Path, expected: list[str]) -> None:
+    """The files the workers just wrote into a checkpoint folder are all visible from the controller.
+
+    Each rank writes into the folder from its own machine; on a multi-node cluster the run directory must be storage
+    that every node mounts (NFS, a parallel file system), or the controller would commit a checkpoint that lacks
+    other nodes' files. A UserError names what is missing.
+    """
+    missing = [name for name in expected if not (folder / name).exists()]
+    if missing:
+        raise UserError(
+            f"checkpoint {folder} lacks {', '.join(missing)} as seen from the controller: the workers wrote them on "
+            "another machine, so the run directory is not shared storage; pass --run-dir on storage that every "
+            "node mounts"
+        )
 
 
 def load_controller_state(folder: Path) -> dict[str, Any]:

@@ -32,6 +32,7 @@ from or1.trainer.phases import (
     truncation_policy,
 )
 from or1.trainer.validation import ValidationSet, is_due, validate
+from or1.workers.actor_rollout_ref import MODEL_DIR
 from or1.workers.reward import REWARD_COLUMNS
 
 LOG_PROB_COLUMNS = ("input_ids", "attention_mask", "responses", "response_mask")
@@ -182,6 +183,9 @@ def save(t: Trainer) -> Path:
     t.actor.save_checkpoint(str(folder))
     if t.critic is not None:
         t.critic.save_checkpoint(str(folder))
+    # every rank's file, also those of ranks on other machines (a run directory not on shared storage fails here)
+    rng_files = [f"rng_rank{rank}.pt" for rank in range(t.actor.world_size)]
+    ckpt.check_visible(folder, [f"{MODEL_DIR}/config.json", *rng_files])
     return t.checkpoints.commit(folder, t.step, controller_state(t))
 
 

@@ -88,7 +88,7 @@ def run_train(
         raise UserError(f"--resume {resume}: expected auto or never")
     cfg = resolve(recipe, stage, overrides or [])
     run_dir = run_directory(cfg, run_dir)
-    model_path = check_runnable(cfg, run_dir)
+    model_path = check_runnable(cfg, run_dir, ray_address)
     check_train(cfg, run_dir, ray_address)
     stage_dir = stage_directory(run_dir, cfg.stage.index)
     # config.yaml records what this stage really starts from (stage N > 1: stage N-1's final)
@@ -333,21 +333,25 @@ def check_vllm_usable(on_cpu: bool) -> None:
         )
 
 
-def check_runnable(cfg: RunConfig, run_dir: Path) -> str:
-    """The model folder this stage starts from; a UserError for what this machine or run cannot do."""
-    device = cfg.trainer.device
-    if device == "cuda" and not torch.cuda.is_available():
+def uses_gpu(cfg: RunConfig) -> bool:
+    """Whether the ranks train on GPUs: trainer.device cuda, or auto on a driver that sees CUDA."""
+    return cfg.trainer.device == "cuda" or (cfg.trainer.device == "auto" and torch.cuda.is_available())
+
+
+def check_runnable(cfg: RunConfig, run_dir: Path, ray_address: str | None = None) -> str:
+    """The model folder this stage starts from; a UserError for what this machine or run cannot do.
+
+    A joined cluster (ray_address) may have its GPUs on worker nodes only: the resource pool checks those.
+    """
+    on_gpu = uses_gpu(cfg)
+    if on_gpu and ray_address is None and not torch.cuda.is_available():
         raise UserError(
             f"recipe {cfg.recipe} needs CUDA GPUs (trainer.device: cuda) and none is visible; "
-            "run it on a GPU node or use a CPU recipe such as stages/tiny.yaml"
+            "run it on a GPU node, join a GPU cluster with --ray-address, or use a CPU recipe such as "
+            "stages/tiny.yaml"
         )
-    on_cpu = device == "cpu" or (device == "auto" and not torch.cuda.is_available())
     if cfg.rollout.engine == "vllm":
-        check_vllm_usable(on_cpu)
-    if not on_cpu:
-        raise UserError(
-            "the GPU training path (NCCL, vLLM, offload) is not built yet; use trainer.device=cpu"
-        )
+        check_vllm_usable(not on_gpu)
     if cfg.trainer.steps is None:
         raise UserError(
             f"stage {cfg.stage.name} of {cfg.recipe} has no step count; pass --set trainer.steps=N"
@@ -382,7 +386,7 @@ def start_workers(
     """The actor/rollout(/ref) group on nnodes x devices_per_node ranks with the critic (GAE) colocated in the same
     processes, and one reward rank beside them."""
     threads = cfg.trainer.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.world_size)
-    pool = ResourcePool(cfg.trainer.nnodes, cfg.trainer.devices_per_node, use_gpu=False)
+    pool = ResourcePool(cfg.trainer.nnodes, cfg.trainer.devices_per_node, use_gpu=uses_gpu(cfg))
     env = {"OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
     roles = {
         "actor_rollout": (

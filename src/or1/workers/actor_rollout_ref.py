@@ -2,7 +2,11 @@
 
 One instance per data-parallel rank, all three roles in the same process so weights move from training to sampling
 in memory: before a generation that follows an update, the rollout engine (`rollout.engine`: the HF loop or vLLM)
-receives the actor's weights through `load_weights(actor.named_full_params())`, streamed layer by layer. The
+receives the actor's weights through `load_weights(actor.named_full_params())`, streamed layer by layer.
+
+On a GPU the actor and the rollout engine take turns with the device's memory (`rollout_phase`): wake the rollout's
+weights, push the actor's weights when they changed, offload the actor (actor.offload), wake the rollout's KV cache,
+generate, put the rollout to sleep, onload the actor. On the CPU every one of those hand-off calls is a no-op. The
 controller calls the @register methods through a WorkerGroup; DP_COMPUTE methods see only this rank's share.
 
 Columns produced by `generate_sequences` (B = prompts x n, P = max_prompt_length, R = the response budget):
@@ -14,7 +18,10 @@ non-tensor `uid` (one per prompt: the GRPO group), `response_text`, and every no
 
 from __future__ import annotations
 
+import os
 import random
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +31,7 @@ import torch.distributed as dist
 
 from or1.algos.losses import LossConfig
 from or1.config.schema import RunConfig
-from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
+from or1.engines.fsdp import DTYPES, FSDPTrainEngine, TrainSettings
 from or1.engines.loading import load_causal_lm, load_tokenizer
 from or1.engines.rollout import RolloutEngine, SamplingParams, pad_id_of, stop_ids_of
 from or1.hybrid.batch import Batch
@@ -50,18 +57,17 @@ class ActorRolloutRefWorker(Worker):
     def init_model(self) -> dict[str, Any]:
         """Load tokenizer, FSDP2 actor, the rollout engine and (KL only) the reference policy."""
         torch.manual_seed(self.cfg.trainer.seed + self.rank)
-        settings = TrainSettings.from_config(self.cfg)
+        settings = TrainSettings.from_config(self.cfg, device=str(self.device))
         self.tokenizer = load_tokenizer(self.model_path)
-        self.actor = FSDPTrainEngine(self.model_path, settings, device=str(self.device))
-        self.rollout = self._build_rollout(settings.dtype)
+        self.actor = FSDPTrainEngine(self.model_path, settings)
+        self.rollout = self._build_rollout(settings.compute_dtype)
         # The rollout starts from the same folder as the actor; weights move again only after they change.
         self.weights_version = self.rollout_version = 0
         kl = self.cfg.algorithm.kl
-        self.ref = (
-            FSDPTrainEngine(self.model_path, settings, trainable=False, device=str(self.device))
-            if kl.enabled
-            else None
-        )
+        self.ref = FSDPTrainEngine(self.model_path, settings, trainable=False) if kl.enabled else None
+        if self.ref is not None:
+            self.ref.offload()  # needed only for its own pass (actor.offload)
+        self.rollout.sleep()  # the actor holds the GPU outside rollout_phase
         return {"rank": self.rank, "parameters": sum(p.numel() for p in self.actor.model.parameters())}
 
     def _build_rollout(self, dtype: str) -> RolloutEngine:
@@ -78,6 +84,10 @@ class ActorRolloutRefWorker(Worker):
         if r.engine == "vllm":
             from or1.engines.vllm_rollout import VLLMRolloutEngine
 
+            if self.device.type == "cuda":
+                # vLLM's external launcher takes cuda:<LOCAL_RANK>; Ray shows each rank only its own GPU (cuda:0)
+                os.environ["LOCAL_RANK"] = str(self.device.index)
+
             return VLLMRolloutEngine(
                 self.model_path,
                 stop_ids_of(self.model_path, self.tokenizer),
@@ -92,7 +102,7 @@ class ActorRolloutRefWorker(Worker):
             )
         from or1.engines.hf_rollout import HFRolloutEngine
 
-        model = load_causal_lm(self.model_path, dtype=self.actor.model.dtype).to(self.device)
+        model = load_causal_lm(self.model_path, dtype=DTYPES[dtype]).to(self.device)
         return HFRolloutEngine(model, self.tokenizer, micro_batch_size=r.micro_batch_size)
 
     def _longest_response(self) -> int:
@@ -108,10 +118,6 @@ class ActorRolloutRefWorker(Worker):
         meta: step and seed (the sampling seed derives from them), and optionally `sampling` overriding n,
         temperature, top_p and max_response_length (validation).
         """
-        self.rollout.wake_up()
-        if self.rollout_version != self.weights_version:  # collective: every rank streams every tensor
-            self.rollout.load_weights(self.actor.named_full_params())
-            self.rollout_version = self.weights_version
         r = self.cfg.rollout
         seed = _mix(
             int(prompts.meta.get("seed", self.cfg.trainer.seed)),
@@ -131,8 +137,8 @@ class ActorRolloutRefWorker(Worker):
         )
         prompt_ids = [list(p) for p in prompts["prompt_ids"]]
         group_prompts, mine = self._tensor_parallel_share(prompt_ids)
-        out = self.rollout.generate_ids(group_prompts, sampling)
-        self.rollout.sleep()
+        with self.rollout_phase():
+            out = self.rollout.generate_ids(group_prompts, sampling)
         rows = slice(mine.start * n, mine.stop * n)
         responses, truncated = out.responses[rows], out.truncated[rows]
         log_probs = out.log_probs[rows] if out.log_probs is not None else [[0.0] * len(x) for x in responses]
@@ -148,6 +154,23 @@ class ActorRolloutRefWorker(Worker):
         tensors["truncated"] = torch.tensor(truncated, dtype=torch.bool)
         text = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
         return repeated.union(Batch(tensors, {"response_text": text}))
+
+    @contextmanager
+    def rollout_phase(self) -> Iterator[None]:
+        """The memory hand-off around a generation: the rollout engine holds the GPU inside the block, the actor
+        outside it. The weights push needs both (it gathers the actor's shards on the GPU into the woken weights),
+        so it runs before the actor leaves and before the KV cache comes back."""
+        self.rollout.wake_up(tags=["weights"])
+        if self.rollout_version != self.weights_version:  # collective: every rank streams every tensor
+            self.rollout.load_weights(self.actor.named_full_params())
+            self.rollout_version = self.weights_version
+        self.actor.offload()
+        self.rollout.wake_up(tags=["kv_cache"])
+        try:
+            yield
+        finally:
+            self.rollout.sleep()
+            self.actor.onload()
 
     def _tensor_parallel_share(self, prompt_ids: list[list[int]]) -> tuple[list[list[int]], slice]:
         """All prompts of this rank's tensor-parallel group (its engines serve them together) and this rank's slice.
@@ -177,7 +200,11 @@ class ActorRolloutRefWorker(Worker):
             raise RuntimeError(
                 "compute_ref_log_prob called but algorithm.kl.enabled is false (no reference model)"
             )
-        out = self.ref.log_probs(batch.only(TRAIN_COLUMNS), temperature=self.cfg.rollout.temperature)
+        self.ref.onload()
+        try:
+            out = self.ref.log_probs(batch.only(TRAIN_COLUMNS), temperature=self.cfg.rollout.temperature)
+        finally:
+            self.ref.offload()
         return Batch({"ref_log_probs": out.tensors["log_probs"]})
 
     # ---- update ----------------------------------------------------------------------------------------------------

@@ -36,7 +36,7 @@ class CriticWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self) -> dict[str, Any]:
         """Load the value model; a new value head is drawn from the same seed on every rank."""
-        settings = TrainSettings.from_config(self.cfg, self.cfg.critic)
+        settings = TrainSettings.from_config(self.cfg, self.cfg.critic, device=str(self.device))
         with torch.random.fork_rng(
             devices=[]
         ):  # leaves the rank's own RNG stream (seeded by the actor) alone
@@ -45,7 +45,6 @@ class CriticWorker(Worker):
                 self.model_path,
                 settings,
                 cliprange_value=self.cfg.critic.cliprange_value,
-                device=str(self.device),
             )
         return {"rank": self.rank, "parameters": sum(p.numel() for p in self.engine.model.parameters())}
 

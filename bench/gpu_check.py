@@ -1,0 +1,337 @@
+"""First check of the GPU path on one CUDA GPU, in under 8 minutes, nothing downloaded.
+
+Usage: .venv/bin/python bench/gpu_check.py [--shapes 0.5b,1.5b] [--peak-tflops 989]   (one GPU)
+       .venv/bin/python bench/gpu_check.py --dry-run                                  (CPU, tiny shape, seconds)
+
+For each shape, a random-init Qwen2 built from a config in code (Qwen2-0.5B and Qwen2-1.5B shapes; `--dry-run`: a
+tiny one) goes through what a training step does on one rank, in a process of its own, with or1's own code:
+- the FSDP2 actor (`FSDPTrainEngine`: float32 master weights, bf16 compute with float32 reduction, activation
+  checkpointing, actor.offload) computes old log-probs, then PPO updates: update tokens/s and model FLOPs
+  utilisation (6 x parameters x tokens + the attention's 12 x layers x hidden x context per token, over the GPU's
+  dense bf16 peak, from the device name or --peak-tflops);
+- for each rollout engine (hf, vllm), the hand-off of `ActorRolloutRefWorker.rollout_phase`: wake the engine's
+  weights, push the actor's weights (seconds per GB of pushed tensors), offload the actor, wake the KV cache,
+  generate (response tokens/s), sleep, onload the actor;
+- peak GPU memory of each phase (`torch.cuda.max_memory_allocated`; on the CPU the process's peak RSS).
+`--dry-run` runs the same code on the CPU (gloo, float32, no offload) at a tiny shape: it checks the path, its
+numbers mean nothing. The last line is a JSON list of one row per shape.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import resource
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from bench_rollout import random_qwen2  # noqa: E402
+
+SHAPES = {  # the published Qwen2 configurations' shapes (context cut to what the check uses)
+    "0.5b": {
+        "hidden_size": 896,
+        "num_hidden_layers": 24,
+        "num_attention_heads": 14,
+        "num_key_value_heads": 2,
+        "intermediate_size": 4864,
+        "vocab_size": 151936,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": True,
+        "rope_theta": 1000000.0,
+    },
+    "1.5b": {
+        "hidden_size": 1536,
+        "num_hidden_layers": 28,
+        "num_attention_heads": 12,
+        "num_key_value_heads": 2,
+        "intermediate_size": 8960,
+        "vocab_size": 151936,
+        "max_position_embeddings": 4096,
+        "tie_word_embeddings": True,
+        "rope_theta": 1000000.0,
+    },
+    "dry": {  # head size 64: vLLM's CPU attention kernels take 32 * k only from 64 up
+        "hidden_size": 128,
+        "num_hidden_layers": 2,
+        "num_attention_heads": 2,
+        "num_key_value_heads": 1,
+        "intermediate_size": 128,
+        "vocab_size": 512,
+        "max_position_embeddings": 256,
+        "tie_word_embeddings": True,
+    },
+}
+# (sequences, prompt tokens, response tokens, micro-batch) of the update; (prompts, samples each, new tokens) of
+# the rollout
+GPU_WORK = {"update": (32, 512, 1536, 4), "rollout": (64, 4, 256)}
+DRY_WORK = {"update": (4, 8, 8, 2), "rollout": (2, 2, 8)}
+# dense bf16 tensor-core peak (no sparsity), TFLOP/s, by a substring of torch.cuda.get_device_name()
+PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0, "L4": 121.0}
+UPDATE_STEPS = 3  # timed updates, after one warm-up
+EOS = 1  # random_qwen2's eos id
+
+
+class _Ids:
+    """The two token ids the HF engine needs from a tokenizer (the random model has none)."""
+
+    pad_token_id = eos_token_id = EOS
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def peak_memory_gib(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**30
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20  # KiB on Linux
+
+
+def reset_peak(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+        torch.cuda.reset_peak_memory_stats(device)
+
+
+def sync(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def update_batch(vocab: int, rows: int, prompt: int, response: int):
+    """Full-length prompts and responses of random tokens (every token is real: tokens/s counts them all)."""
+    from or1.hybrid.batch import Batch
+    from or1.workers.actor_rollout_ref import pack_sequences
+
+    g = torch.Generator().manual_seed(0)
+    prompts = torch.randint(2, vocab, (rows, prompt), generator=g).tolist()
+    responses = torch.randint(2, vocab, (rows, response), generator=g).tolist()
+    tensors = pack_sequences(prompts, responses, prompt, response, pad_id=EOS)
+    tensors["advantages"] = torch.randn(rows, 1, generator=g).expand(rows, response).contiguous()
+    return Batch(tensors)
+
+
+def model_flops_per_token(shape: dict, parameters: int, context: int) -> float:
+    """Training FLOPs per token: 6 x the parameters a token's matmuls use, plus attention scores and values
+    (12 x layers x hidden x context). The input embedding is a lookup; a tied one is still the output head's matmul."""
+    embedding = 0 if shape["tie_word_embeddings"] else shape["vocab_size"] * shape["hidden_size"]
+    return 6.0 * (parameters - embedding) + 12.0 * shape["num_hidden_layers"] * shape["hidden_size"] * context
+
+
+def check_shape(name: str, dry_run: bool, peak_tflops: float | None, engines: list[str]) -> dict:
+    """One shape in this process: world of one rank, the actor, its updates, then each engine's hand-off."""
+    import torch.distributed as dist
+
+    from or1.algos.losses import LossConfig
+    from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
+    from or1.engines.rollout import SamplingParams
+    from or1.hybrid.worker import Worker
+
+    shape = SHAPES[name]
+    on_gpu = not dry_run
+    if on_gpu and not torch.cuda.is_available():
+        raise SystemExit("gpu_check needs a CUDA GPU (or --dry-run on the CPU)")
+    device = torch.device("cuda", 0) if on_gpu else torch.device("cpu")
+    work = GPU_WORK if on_gpu else DRY_WORK
+    row: dict = {"shape": name, "device": torch.cuda.get_device_name(0) if on_gpu else "cpu"}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp) / name
+        start = time.perf_counter()
+        row["parameters"] = random_qwen2(folder, shape)
+        row["build_s"] = time.perf_counter() - start
+        # a world of one rank, set up as a worker group sets up each rank (vLLM's external launcher reads it too)
+        os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+        os.environ["MASTER_PORT"] = str(free_port())
+        rank = Worker()
+        rank.init_distributed()
+        assert rank.device == device and (dist.get_backend() == "gloo") == (not on_gpu)
+        rows, prompt, response, micro = work["update"]
+        settings = TrainSettings(
+            device=str(device),
+            mixed_precision="bfloat16" if on_gpu else None,
+            offload=on_gpu,
+            gradient_checkpointing=on_gpu,
+            lr=1e-6,
+            micro_batch_size=micro,
+        )
+        actor = FSDPTrainEngine(folder, settings)
+        batch = update_batch(shape["vocab_size"], rows, prompt, response)
+        tokens = int(batch["attention_mask"].sum())
+        reset_peak(device)
+        start = time.perf_counter()
+        old = actor.log_probs(batch, temperature=1.0)["log_probs"]
+        sync(device)
+        row["log_prob_tok_s"] = tokens / (time.perf_counter() - start)
+        batch = batch.union(type(batch)({"old_log_probs": old}))
+        loss = LossConfig()
+        actor.train_step(batch, loss, temperature=1.0)  # warm-up: allocator, kernels, optimizer state
+        times = []
+        for _ in range(UPDATE_STEPS):
+            sync(device)
+            start = time.perf_counter()
+            actor.train_step(batch, loss, temperature=1.0)
+            sync(device)
+            times.append(time.perf_counter() - start)
+        seconds = statistics.median(times)
+        row["update_tok_s"] = tokens / seconds
+        row["update_peak_gib"] = peak_memory_gib(device)
+        flops = model_flops_per_token(shape, row["parameters"], prompt + response) * tokens / seconds
+        peak = peak_tflops or next((v for k, v in PEAK_TFLOPS.items() if on_gpu and k in row["device"]), None)
+        row["update_tflops"] = flops / 1e12
+        row["mfu"] = flops / (peak * 1e12) if peak else None
+
+        prompts_n, samples, new_tokens = work["rollout"]
+        g = torch.Generator().manual_seed(1)
+        prompts = torch.randint(
+            2, shape["vocab_size"], (prompts_n, 32 if on_gpu else 4), generator=g
+        ).tolist()
+        sampling = SamplingParams(n=samples, temperature=1.0, max_new_tokens=new_tokens, seed=0)
+        for kind in engines:
+            row |= rollout_phase(
+                kind, folder, actor, settings, prompts, sampling, device, shape["max_position_embeddings"]
+            )
+        dist.destroy_process_group()
+    return row
+
+
+def build_engine(kind: str, folder: Path, settings, device: torch.device, max_positions: int):
+    from or1.engines.fsdp import DTYPES
+    from or1.engines.hf_rollout import HFRolloutEngine
+    from or1.engines.loading import load_causal_lm
+
+    if kind == "hf":
+        model = load_causal_lm(folder, dtype=DTYPES[settings.compute_dtype]).to(device)
+        return HFRolloutEngine(model, _Ids(), micro_batch_size=256)
+    from or1.engines.vllm_rollout import VLLMRolloutEngine
+
+    return VLLMRolloutEngine(
+        folder,
+        [EOS],
+        pad_token_id=EOS,
+        dtype=settings.compute_dtype,
+        max_model_len=min(512, max_positions),  # the GPU's 32-token prompts and 256 new tokens fit
+        seed=0,
+        gpu_memory_utilization=0.3,
+        distributed=True,  # as in training: the engine joins the rank's torch.distributed world
+    )
+
+
+def rollout_phase(
+    kind: str, folder: Path, actor, settings, prompts, sampling, device, max_positions: int
+) -> dict:
+    """The worker's hand-off order around one engine's generation, each step timed."""
+    engine = build_engine(kind, folder, settings, device, max_positions)
+    engine.sleep()  # as after ActorRolloutRefWorker.init_model: the actor holds the GPU
+    reset_peak(device)
+    engine.wake_up(tags=["weights"])
+    pushed = []
+
+    def weights():
+        for name, tensor in actor.named_full_params():
+            pushed.append(tensor.numel() * tensor.element_size())
+            yield name, tensor
+
+    sync(device)
+    start = time.perf_counter()
+    engine.load_weights(weights())
+    sync(device)
+    push_s = time.perf_counter() - start
+    start = time.perf_counter()
+    actor.offload()
+    offload_s = time.perf_counter() - start
+    engine.wake_up(tags=["kv_cache"])
+    engine.generate_ids(prompts[:2], type(sampling)(n=1, max_new_tokens=4, seed=0))  # warm-up
+    sync(device)
+    start = time.perf_counter()
+    out = engine.generate_ids(prompts, sampling)
+    sync(device)
+    gen_s = time.perf_counter() - start
+    engine.sleep()
+    start = time.perf_counter()
+    actor.onload()
+    sync(device)
+    onload_s = time.perf_counter() - start
+    gib = sum(pushed) / 2**30
+    result = {
+        f"{kind}_rollout_tok_s": sum(len(r) for r in out.responses) / gen_s,
+        f"{kind}_push_s_per_gib": push_s / gib,
+        f"{kind}_pushed_gib": gib,
+        f"{kind}_offload_s": offload_s,
+        f"{kind}_onload_s": onload_s,
+        f"{kind}_peak_gib": peak_memory_gib(device),
+    }
+    del engine
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+    return result
+
+
+def print_table(rows: list[dict]) -> None:
+    def fmt(v, spec: str) -> str:
+        return "n/a" if v is None else format(v, spec)
+
+    for r in rows:
+        print(
+            f"{r['shape']} ({r['parameters'] / 1e6:.0f}M params, {r['device']}): update {r['update_tok_s']:.0f} tok/s, "
+            f"{r['update_tflops']:.1f} TFLOP/s, MFU {fmt(r['mfu'], '.1%')}, peak {r['update_peak_gib']:.2f} GiB; "
+            f"old log-probs {r['log_prob_tok_s']:.0f} tok/s"
+        )
+        for kind in ("hf", "vllm"):
+            if f"{kind}_rollout_tok_s" in r:
+                print(
+                    f"  {kind}: rollout {r[f'{kind}_rollout_tok_s']:.0f} tok/s, weight push "
+                    f"{r[f'{kind}_push_s_per_gib']:.2f} s/GiB ({r[f'{kind}_pushed_gib']:.2f} GiB), actor offload "
+                    f"{r[f'{kind}_offload_s']:.2f} s / onload {r[f'{kind}_onload_s']:.2f} s, peak "
+                    f"{r[f'{kind}_peak_gib']:.2f} GiB"
+                )
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--dry-run", action="store_true", help="the same code on the CPU at a tiny shape")
+    parser.add_argument("--shapes", default="0.5b,1.5b", help="comma-separated: 0.5b, 1.5b")
+    parser.add_argument("--engines", default="hf,vllm", help="comma-separated rollout engines: hf, vllm")
+    parser.add_argument("--peak-tflops", type=float, default=None, help="the GPU's dense bf16 peak, for MFU")
+    parser.add_argument("--timeout", type=float, default=210.0, help="seconds per shape")
+    parser.add_argument("--one", help=argparse.SUPPRESS)  # internal: check this shape in this process
+    args = parser.parse_args()
+    engines = [e for e in args.engines.split(",") if e]
+    if unknown := set(engines) - {"hf", "vllm"}:
+        parser.error(f"unknown engines {sorted(unknown)}; expected hf, vllm")
+    if args.one:
+        print("ROW " + json.dumps(check_shape(args.one, args.dry_run, args.peak_tflops, engines)))
+        return
+    shapes = ["dry"] if args.dry_run else [s for s in args.shapes.split(",") if s]
+    if unknown := set(shapes) - set(SHAPES):
+        parser.error(f"unknown shapes {sorted(unknown)}; expected 0.5b, 1.5b")
+    rows = []
+    for (
+        shape
+    ) in shapes:  # one process each: a vLLM engine and a process group per process, all memory back after
+        cmd = [sys.executable, __file__, "--one", shape, "--engines", ",".join(engines)]
+        cmd += ["--dry-run"] if args.dry_run else []
+        cmd += ["--peak-tflops", str(args.peak_tflops)] if args.peak_tflops else []
+        env = {**os.environ, "TOKENIZERS_PARALLELISM": "false"}
+        done = subprocess.run(cmd, capture_output=True, text=True, timeout=args.timeout, env=env)
+        found = [line[4:] for line in done.stdout.splitlines() if line.startswith("ROW ")]
+        if done.returncode or not found:
+            sys.stderr.write(done.stdout[-3000:] + done.stderr[-5000:])
+            raise SystemExit(f"gpu_check: shape {shape} failed (exit {done.returncode})")
+        rows.append(json.loads(found[-1]))
+    print_table(rows)
+    print(json.dumps(rows))
+
+
+if __name__ == "__main__":
+    main()

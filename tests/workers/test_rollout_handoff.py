@@ -1,0 +1,110 @@
+"""The GPU memory hand-off between the actor and its colocated rollout engine, checked on the CPU with fakes that
+record every call: wake the rollout's weights, push the actor's weights (only when they changed), offload the actor,
+wake the KV cache, generate, sleep, onload the actor."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from or1.config.loading import resolve
+from or1.engines.rollout import Generations
+from or1.hybrid.batch import Batch
+from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
+
+
+class FakeActor:
+    def __init__(self, calls: list[str]) -> None:
+        self.calls = calls
+
+    def named_full_params(self):
+        self.calls.append("actor.gather")
+        yield "w", torch.zeros(1)
+
+    def offload(self) -> None:
+        self.calls.append("actor.offload")
+
+    def onload(self) -> None:
+        self.calls.append("actor.onload")
+
+
+class FakeRollout:
+    pad_token_id = 0
+
+    def __init__(self, calls: list[str], fail: bool = False) -> None:
+        self.calls, self.fail = calls, fail
+
+    def wake_up(self, tags: list[str] | None = None) -> None:
+        self.calls.append(f"rollout.wake_up({','.join(tags or ['all'])})")
+
+    def load_weights(self, weights) -> None:
+        names = [name for name, _ in weights]  # drains the actor's gather, as the real engines do
+        self.calls.append(f"rollout.load_weights({','.join(names)})")
+
+    def generate_ids(self, prompts: list[list[int]], sampling) -> Generations:
+        self.calls.append("rollout.generate")
+        if self.fail:
+            raise RuntimeError("out of memory")
+        rows = [[7, 8] for _ in prompts for _ in range(sampling.n)]
+        return Generations(
+            responses=rows, truncated=[False] * len(rows), log_probs=[[-0.5, -0.5]] * len(rows)
+        )
+
+    def sleep(self) -> None:
+        self.calls.append("rollout.sleep")
+
+
+class FakeTokenizer:
+    def batch_decode(self, rows, skip_special_tokens: bool = True) -> list[str]:
+        return [" ".join(map(str, r)) for r in rows]
+
+
+def worker(calls: list[str], *, stale: bool, fail: bool = False) -> ActorRolloutRefWorker:
+    w = ActorRolloutRefWorker.__new__(ActorRolloutRefWorker)  # no process group, no models: only the hand-off
+    w.cfg = resolve("tiny", 1, ["model.path=unused", "rollout.n=2"])
+    w.actor, w.rollout, w.tokenizer = FakeActor(calls), FakeRollout(calls, fail), FakeTokenizer()
+    w.tp_group, w.tp_index = None, 0
+    w.weights_version, w.rollout_version = (1, 0) if stale else (0, 0)
+    return w
+
+
+PROMPTS = Batch.from_dict({"prompt_ids": [[1, 2], [3]]}, meta={"step": 1})
+
+
+def test_generation_after_an_update_pushes_weights_between_the_two_wakes():
+    calls: list[str] = []
+    out = worker(calls, stale=True).generate_sequences(PROMPTS)
+    assert calls == [
+        "rollout.wake_up(weights)",
+        "actor.gather",
+        "rollout.load_weights(w)",
+        "actor.offload",
+        "rollout.wake_up(kv_cache)",
+        "rollout.generate",
+        "rollout.sleep",
+        "actor.onload",
+    ]
+    assert out["responses"].shape == (4, 48) and out["response_length"].tolist() == [2, 2, 2, 2]
+
+
+def test_unchanged_weights_are_not_pushed_again():
+    calls: list[str] = []
+    w = worker(calls, stale=True)
+    w.generate_sequences(PROMPTS)
+    calls.clear()
+    w.generate_sequences(PROMPTS)
+    assert calls == [
+        "rollout.wake_up(weights)",
+        "actor.offload",
+        "rollout.wake_up(kv_cache)",
+        "rollout.generate",
+        "rollout.sleep",
+        "actor.onload",
+    ]
+
+
+def test_a_failed_generation_still_gives_the_gpu_back_to_the_actor():
+    calls: list[str] = []
+    with pytest.raises(RuntimeError, match="out of memory"):
+        worker(calls, stale=False, fail=True).generate_sequences(PROMPTS)
+    assert calls[-3:] == ["rollout.generate", "rollout.sleep", "actor.onload"]
