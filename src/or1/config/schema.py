@@ -94,6 +94,17 @@ class OptimConfig(Section):
     micro_batch_size: int = Field(
         8, ge=1, description="Sequences per forward/backward (gradient accumulation)."
     )
+    max_tokens_per_micro_batch: int | None = Field(
+        None,
+        ge=1,
+        description="Form micro-batches by a token budget instead (prompt + response tokens, consecutive rows; a "
+        "longer sequence gets one alone); micro_batch_size is then unused. Losses stay normalised over the mini-batch.",
+    )
+    remove_padding: bool = Field(
+        True,
+        description="Pack each micro-batch's tokens into one row (position ids restart per sequence, attention kept "
+        "inside each) instead of padding rows to the longest; same results, no compute on pad tokens.",
+    )
 
 
 class ActorConfig(OptimConfig):
@@ -112,6 +123,17 @@ class ActorConfig(OptimConfig):
         "token-mean",
         description="token-mean: sum of token losses over the batch / response tokens; seq-mean-token-sum-norm "
         "(Dr. GRPO): per-sequence sums / rollout.max_response_length, averaged over sequences.",
+    )
+    old_log_prob: Literal["auto", "recompute"] = Field(
+        "auto",
+        description="auto: when a batch gets exactly one optimizer step (ppo_mini_batch_size = batch_size, one "
+        "epoch, no KL in the reward), the update's own forward gives the old log-probs (detached: ratio 1, the same "
+        "loss and gradient), the entropy metrics and the entropy controller's e_k, saving a forward pass. Only where "
+        "a step's entropy-bonus weight depends on its own e_k (entropy timing paper, coefficient > 0) is that "
+        "weight's on/off switch read from the sampler's log-probs of the same tokens (the same weights: equal to "
+        "the actor's to ~1e-6 with the hf engine, ~1e-4 with vllm), which can differ only when e_k is that close "
+        "to the target; with top_p < 1 (or vllm at temperature != 1), whose log-probs are of another distribution, "
+        "such a step runs the separate pass. recompute: always the separate pass, e_k always from it.",
     )
     offload: bool = Field(
         False, description="Offload FSDP parameters and optimizer to CPU between phases (GPU)."

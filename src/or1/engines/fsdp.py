@@ -9,8 +9,11 @@ shards of equal size (DP_COMPUTE dispatch guarantees that, and the engine pads t
 Batch layout (tensors, first dim = sequences): `input_ids` / `attention_mask` [B, P + R] with left-padded prompts
 and right-padded responses, `responses` / `response_mask` [B, R] (the last R columns of input_ids; response_mask
 is the loss mask), plus `old_log_probs`, `advantages` (and `ref_log_probs`) [B, R] for the policy's update and
-`values`, `returns` [B, R] for the critic's. Each micro-batch is cut to its own longest row before the forward
-pass, so compute is paid only for real tokens of kept rows.
+`values`, `returns` [B, R] for the critic's. Micro-batches hold `micro_batch_size` rows, or as many consecutive
+rows as fit `max_tokens_per_micro_batch` tokens. With `remove_padding` a micro-batch's real tokens are packed into
+one row (position ids restart at 0 per sequence and no attention mask, from which transformers builds a mask that
+keeps attention inside each sequence), so no compute goes to pad tokens; without it, the micro-batch is cut to its
+longest prompt and response and padded. Either way the outputs come back in the [b, R] layout above.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from or1.algos.losses import (
     LossConfig,
     entropy_from_logits,
     loss_denominators,
+    masked_mean,
     policy_loss,
     token_log_probs,
     value_loss,
@@ -75,6 +79,8 @@ class TrainSettings:
     warmup_steps: int = 0
     grad_clip: float = 1.0
     micro_batch_size: int = 8  # sequences per forward / backward
+    max_tokens_per_micro_batch: int | None = None  # micro-batches by token budget instead of micro_batch_size
+    remove_padding: bool = False  # pack each micro-batch's real tokens into one row
     mini_batches: int = 1  # optimizer steps per pass over a batch (batch_size / ppo_mini_batch_size)
     epochs: int = 1  # passes over each batch
 
@@ -94,6 +100,8 @@ class TrainSettings:
             warmup_steps=actor.warmup_steps,
             grad_clip=actor.grad_clip,
             micro_batch_size=actor.micro_batch_size,
+            max_tokens_per_micro_batch=actor.max_tokens_per_micro_batch,
+            remove_padding=actor.remove_padding,
             mini_batches=max(1, cfg.trainer.batch_size // mini_batch),
             epochs=actor.ppo_epochs,
         )
@@ -137,16 +145,9 @@ class FSDPEngine:
             )
 
     # ---- passes ------------------------------------------------------------------------------------------------
-    @staticmethod
-    def _window(micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        """(ids, mask, position ids, R') of a micro-batch cut to its longest prompt and longest response R'."""
-        ids, mask = micro["input_ids"], micro["attention_mask"]
-        prompt_width = ids.shape[1] - micro["responses"].shape[1]
-        keep_resp = max(1, int(mask[:, prompt_width:].sum(-1).max()))  # longest response in this micro-batch
-        first = int(prompt_width - mask[:, :prompt_width].sum(-1).max())  # longest prompt's first column
-        end = prompt_width + keep_resp
-        ids, mask = ids[:, first:end], mask[:, first:end]
-        return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), keep_resp
+    def _window(self, micro: dict[str, torch.Tensor]) -> Window:
+        """The model inputs of a micro-batch, packed or padded as the settings say."""
+        return (packed_window if self.settings.remove_padding else padded_window)(micro)
 
     @torch.no_grad()
     def _inference(self, batch: Batch, forward: MicroForward) -> Batch:
@@ -155,7 +156,7 @@ class FSDPEngine:
         self.model.eval()
         outs: dict[str, list[torch.Tensor]] = {}
         try:
-            for rows in self._micro_slices(batch.tensors["input_ids"].shape[0]):
+            for rows in self._micro_slices(batch.tensors["attention_mask"]):
                 result = forward(_take(batch.tensors, rows))
                 if rows.stop > rows.start:  # a padding micro-batch only keeps the collectives aligned
                     for key, value in result.items():
@@ -181,7 +182,7 @@ class FSDPEngine:
             for mini in _even_slices(rows, self.settings.mini_batches):
                 mini_tensors = _take(tensors, mini)
                 tokens, seqs = self._global_counts(mini_tensors["response_mask"])
-                slices = self._micro_slices(mini_tensors["input_ids"].shape[0])
+                slices = self._micro_slices(mini_tensors["attention_mask"])
                 for i, micro_rows in enumerate(slices):
                     self.model.set_requires_gradient_sync(i == len(slices) - 1)  # reduce once per mini-batch
                     loss, metrics = micro_loss(
@@ -212,10 +213,15 @@ class FSDPEngine:
         dist.all_reduce(counts)
         return float(counts[0]), float(counts[1])
 
-    def _micro_slices(self, rows: int) -> list[slice]:
-        """Micro-batch row ranges, padded with empty ranges so every rank runs the same number of passes."""
-        size = self.settings.micro_batch_size
-        slices = [slice(i, min(i + size, rows)) for i in range(0, rows, size)]
+    def _micro_slices(self, attention_mask: torch.Tensor) -> list[slice]:
+        """Micro-batch row ranges (micro_batch_size rows, or consecutive rows within the token budget), padded with
+        empty ranges so every rank runs the same number of passes."""
+        rows, budget = attention_mask.shape[0], self.settings.max_tokens_per_micro_batch
+        if budget is None:
+            size = self.settings.micro_batch_size
+            slices = [slice(i, min(i + size, rows)) for i in range(0, rows, size)]
+        else:
+            slices = token_budget_slices(attention_mask.sum(-1).tolist(), budget)
         count = torch.tensor([len(slices)])
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
         return slices + [slice(0, 0)] * (int(count) - len(slices))
@@ -330,23 +336,22 @@ class FSDPTrainEngine(FSDPEngine):
             load_causal_lm(model_path, dtype=DTYPES[settings.dtype]).to(device), settings, trainable=trainable
         )
 
-    def _forward(self, micro: dict[str, torch.Tensor], temperature: float, with_entropy: bool):
-        """Log-probs (and entropy) [b, R] of the responses of one micro-batch, computed on its trimmed window."""
-        ids, mask, positions, keep_resp = self._window(micro)
-        width = micro["responses"].shape[1]
-        logits = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=False,
-            logits_to_keep=keep_resp + 1,
-        ).logits[
-            :, :-1
-        ]  # position t predicts token t + 1: the last R' + 1 positions predict the R' responses
-        targets = micro["responses"][:, :keep_resp]
-        real = mask[:, -keep_resp:].to(logits.dtype)  # 0 on the padding of rows shorter than the longest
-        log_probs = _pad_right(token_log_probs(logits, targets, temperature) * real, width)
-        entropy = _pad_right(entropy_from_logits(logits, temperature) * real, width) if with_entropy else None
+    def _forward(
+        self,
+        micro: dict[str, torch.Tensor],
+        temperature: float,
+        with_entropy: bool,
+        entropy_grad: bool = True,
+    ):
+        """Log-probs (and entropy, without its graph unless entropy_grad) [b, R] of one micro-batch's responses."""
+        window = self._window(micro)
+        logits = window.kept(self.model(**window.inputs, use_cache=False, logits_to_keep=window.keep).logits)
+        log_probs = window.scatter(token_log_probs(logits, window.targets, temperature))
+        entropy = None
+        if with_entropy:
+            entropy = window.scatter(
+                entropy_from_logits(logits if entropy_grad else logits.detach(), temperature)
+            )
         return log_probs, entropy
 
     def log_probs(self, batch: Batch, *, temperature: float, with_entropy: bool = False) -> Batch:
@@ -361,14 +366,27 @@ class FSDPTrainEngine(FSDPEngine):
     def train_step(
         self, batch: Batch, loss_cfg: LossConfig, *, temperature: float, entropy_coef: float = 0.0
     ) -> dict[str, float]:
-        """One PPO-clip update (see `FSDPEngine._update`); the entropy term only when entropy_coef is non-zero."""
-        need_entropy = entropy_coef != 0.0  # the full-vocabulary entropy costs a pass over the logits
+        """One PPO-clip update (see `FSDPEngine._update`); the entropy term only when entropy_coef is non-zero.
+
+        Without an `old_log_probs` column the update is on-policy (one mini-batch, one epoch): the old log-probs
+        are this forward's own, detached, which is what a separate pass with the same weights would give; the
+        full-vocabulary `entropy` metric is then computed here in its place. The metric `sampled_entropy` is the
+        mean negative log-prob of the loss tokens under the weights before the step (the entropy controller's e_k).
+        """
+        on_policy = "old_log_probs" not in batch.tensors
+        if on_policy and (self.settings.mini_batches, self.settings.epochs) != (1, 1):
+            raise ValueError(
+                "train_step without old_log_probs needs one mini-batch and one epoch (an on-policy update)"
+            )
+        # the full-vocabulary entropy costs a pass over the logits; its graph only when it is in the loss
+        need_entropy = entropy_coef != 0.0 or on_policy
 
         def micro_loss(micro: dict[str, torch.Tensor], num_tokens: float, num_seqs: float):
-            log_probs, entropy = self._forward(micro, temperature, need_entropy)
-            return policy_loss(
+            log_probs, entropy = self._forward(micro, temperature, need_entropy, entropy_coef != 0.0)
+            current = log_probs.detach()
+            loss, metrics = policy_loss(
                 log_probs,
-                micro["old_log_probs"],
+                current if on_policy else micro["old_log_probs"],
                 micro["advantages"],
                 micro["response_mask"],
                 loss_cfg,
@@ -378,6 +396,8 @@ class FSDPTrainEngine(FSDPEngine):
                 num_tokens=num_tokens,
                 num_seqs=num_seqs,
             )
+            metrics["sampled_entropy"] = masked_mean(-current, micro["response_mask"])
+            return loss, metrics
 
         return self._update(batch.tensors, micro_loss)
 
@@ -393,10 +413,9 @@ class FSDPCriticEngine(FSDPEngine):
 
     def _forward(self, micro: dict[str, torch.Tensor]) -> torch.Tensor:
         """Values [b, R]: V_t is read where the policy's logits for response token t are (the state before it)."""
-        ids, mask, positions, keep_resp = self._window(micro)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
-        values = out.logits[:, -keep_resp - 1 : -1, 0].float()
-        return _pad_right(values * mask[:, -keep_resp:].to(values.dtype), micro["responses"].shape[1])
+        window = self._window(micro)
+        out = self.model(**window.inputs, use_cache=False)
+        return window.scatter(window.picked(out.logits)[..., 0].float())
 
     def values(self, batch: Batch) -> Batch:
         """The critic's values (key `values`) of every response token, [B, R]."""
@@ -448,8 +467,80 @@ def _own_storage(t: torch.Tensor) -> torch.Tensor:
     return t.clone(memory_format=torch.contiguous_format)
 
 
-def _pad_right(values: torch.Tensor, width: int) -> torch.Tensor:
-    return torch.nn.functional.pad(values, (0, width - values.shape[1]))
+def token_budget_slices(lengths: list[int], budget: int) -> list[slice]:
+    """Consecutive row ranges whose token counts add up to at most `budget` (a longer row gets a range alone)."""
+    slices, start, used = [], 0, 0
+    for row, length in enumerate(lengths):
+        if row > start and used + length > budget:
+            slices.append(slice(start, row))
+            start, used = row, 0
+        used += length
+    if len(lengths) > start:
+        slices.append(slice(start, len(lengths)))
+    return slices
+
+
+@dataclass(frozen=True)
+class Window:
+    """A micro-batch as the model sees it, and the way back from per-position outputs to the [b, R] layout.
+
+    Position t's output belongs to response token t + 1 (the causal LM's logits predict it; the critic's value is
+    the state before it). `keep` is the causal LM's `logits_to_keep` covering those positions; `kept` turns its
+    logits into response-aligned outputs ([b, R'] padded, [1, N] packed, like `targets`), `picked` does the same
+    for outputs of every position (the critic's), and `scatter` puts response-aligned values into [b, R] with 0
+    where a row has no token.
+    """
+
+    inputs: dict[str, torch.Tensor]  # input_ids, position_ids (and attention_mask when padded)
+    keep: int | torch.Tensor
+    targets: torch.Tensor  # the response tokens, response-aligned
+    real: torch.Tensor  # [b, R] bool: slots that hold a response token
+    packed: bool
+
+    def kept(self, outputs: torch.Tensor) -> torch.Tensor:
+        return outputs if self.packed else outputs[:, :-1]
+
+    def picked(self, outputs: torch.Tensor) -> torch.Tensor:
+        return outputs[:, self.keep] if self.packed else outputs[:, -self.keep : -1]
+
+    def scatter(self, values: torch.Tensor) -> torch.Tensor:
+        if self.packed:
+            return values.new_zeros(self.real.shape).masked_scatter(self.real, values.reshape(-1))
+        values = values * self.real[:, : values.shape[1]].to(
+            values.dtype
+        )  # 0 on rows shorter than the longest
+        return torch.nn.functional.pad(values, (0, self.real.shape[1] - values.shape[1]))
+
+
+def padded_window(micro: dict[str, torch.Tensor]) -> Window:
+    """The micro-batch cut to its longest prompt and longest response R' (left / right padding kept)."""
+    ids, mask = micro["input_ids"], micro["attention_mask"]
+    prompt_width = ids.shape[1] - micro["responses"].shape[1]
+    keep_resp = max(1, int(mask[:, prompt_width:].sum(-1).max()))  # longest response in this micro-batch
+    first = int(prompt_width - mask[:, :prompt_width].sum(-1).max())  # longest prompt's first column
+    end = prompt_width + keep_resp
+    ids, mask = ids[:, first:end], mask[:, first:end]
+    inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+    # the last R' + 1 positions predict the R' responses (the very last predicts nothing kept)
+    targets = micro["responses"][:, :keep_resp]
+    return Window(inputs, keep_resp + 1, targets, micro["attention_mask"][:, prompt_width:].bool(), False)
+
+
+def packed_window(micro: dict[str, torch.Tensor]) -> Window:
+    """The real tokens of every row one after another in a single row, position ids restarting at 0 per row.
+
+    Every row needs a prompt token: the first response token is predicted from the position before it.
+    """
+    ids, mask = micro["input_ids"], micro["attention_mask"]
+    prompt_width = ids.shape[1] - micro["responses"].shape[1]
+    valid = mask.bool()
+    if not bool(valid[:, :prompt_width].any(-1).all()):
+        raise ValueError("packed micro-batches need at least one prompt token per row")
+    where = valid.flatten().cumsum(0).view(valid.shape) - 1  # each real token's index in the packed row
+    real = valid[:, prompt_width:]
+    inputs = {"input_ids": ids[valid][None], "position_ids": (mask.cumsum(-1) - 1)[valid][None]}
+    keep = where[:, prompt_width:][real] - 1  # the position before each response token
+    return Window(inputs, keep, micro["responses"][real][None], real, True)
 
 
 def _weighted(metrics: dict[str, float]) -> dict[str, float]:
