@@ -506,9 +506,8 @@ class Window:
     def scatter(self, values: torch.Tensor) -> torch.Tensor:
         if self.packed:
             return values.new_zeros(self.real.shape).masked_scatter(self.real, values.reshape(-1))
-        values = values * self.real[:, : values.shape[1]].to(
-            values.dtype
-        )  # 0 on rows shorter than the longest
+        # 0 on rows shorter than the longest
+        values = values * self.real[:, : values.shape[1]].to(values.dtype)
         return torch.nn.functional.pad(values, (0, self.real.shape[1] - values.shape[1]))
 
 
