@@ -28,6 +28,7 @@ def train(run_dir: Path, model_dir: Path, data_dir: Path, old_log_prob: str) -> 
         "rollout.n=4",
         "trainer.loggers=[jsonl]",
         "data.validation.sets=[]",
+        "algorithm.rejection_sampling=false",  # every step trains, whatever the test base solves
         # a non-zero coefficient and a target above any estimate: the bonus is in every step's loss, and paper
         # timing's switch reads the sampler's log-probs
         "algorithm.entropy.init_coef=0.002",
