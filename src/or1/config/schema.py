@@ -107,6 +107,13 @@ class OptimConfig(Section):
         "CPU attention (sdpa / eager) then masks a dense square over the whole row, so keep micro-batches small "
         "with max_tokens_per_micro_batch (on the tiny recipe 256-512 tokens tie with padding; 3400 is 2.4x slower).",
     )
+    sequence_parallel_size: int = Field(
+        1,
+        ge=1,
+        description="Ulysses sequence parallelism: groups of this many consecutive ranks share their data and split "
+        "each packed micro-batch's tokens (and the attention heads) between them, so a micro-batch may hold this "
+        "many times max_tokens_per_micro_batch; must divide the world size. Packs whatever remove_padding says.",
+    )
 
 
 class ActorConfig(OptimConfig):
@@ -140,7 +147,6 @@ class ActorConfig(OptimConfig):
     offload: bool = Field(
         False, description="Offload FSDP parameters and optimizer to CPU between phases (GPU)."
     )
-    sequence_parallel_size: int = Field(1, ge=1, description="Ulysses sequence parallelism (GPU path).")
 
 
 class CriticConfig(OptimConfig):
@@ -288,6 +294,15 @@ class RunConfig(Section):
                 f"actor.ppo_mini_batch_size ({self.actor.ppo_mini_batch_size}) exceeds "
                 f"trainer.batch_size ({self.trainer.batch_size})"
             )
+        for role, sp in (
+            ("actor", self.actor.sequence_parallel_size),
+            ("critic", self.critic.sequence_parallel_size),
+        ):
+            if self.world_size % sp:
+                raise ValueError(
+                    f"{role}.sequence_parallel_size ({sp}) must divide the world size "
+                    f"(trainer.nnodes x trainer.devices_per_node = {self.world_size})"
+                )
         if (self.critic.ppo_mini_batch_size or 0) > self.trainer.batch_size:
             raise ValueError(
                 f"critic.ppo_mini_batch_size ({self.critic.ppo_mini_batch_size}) exceeds "

@@ -14,6 +14,11 @@ rows as fit `max_tokens_per_micro_batch` tokens. With `remove_padding` a micro-b
 one row (position ids restart at 0 per sequence and no attention mask, from which transformers builds a mask that
 keeps attention inside each sequence), so no compute goes to pad tokens; without it, the micro-batch is cut to its
 longest prompt and response and padded. Either way the outputs come back in the [b, R] layout above.
+
+Sequence parallelism (settings.sequence_parallel_size = sp > 1, see `ulysses`): the world is a (dp, sp) mesh whose
+sp groups are consecutive ranks; FSDP still shards over all ranks. Each rank receives its own DP_COMPUTE share; the
+ranks of a group pool their shares (mini-batch by mini-batch), every one of them runs the group's micro-batches,
+each packed into one row and split token-wise over the group, and each returns the outputs of its own share.
 """
 
 from __future__ import annotations
@@ -46,7 +51,9 @@ from or1.algos.losses import (
     token_log_probs,
     value_loss,
 )
+from or1.engines import ulysses
 from or1.engines.loading import load_causal_lm, load_value_model
+from or1.errors import UserError
 from or1.hybrid.batch import Batch
 
 if TYPE_CHECKING:
@@ -83,6 +90,7 @@ class TrainSettings:
     remove_padding: bool = False  # pack each micro-batch's real tokens into one row
     mini_batches: int = 1  # optimizer steps per pass over a batch (batch_size / ppo_mini_batch_size)
     epochs: int = 1  # passes over each batch
+    sequence_parallel_size: int = 1  # ranks that split each packed micro-batch's tokens (Ulysses)
 
     @classmethod
     def from_config(cls, cfg: RunConfig, section: ActorConfig | CriticConfig | None = None) -> TrainSettings:
@@ -104,6 +112,7 @@ class TrainSettings:
             remove_padding=actor.remove_padding,
             mini_batches=max(1, cfg.trainer.batch_size // mini_batch),
             epochs=actor.ppo_epochs,
+            sequence_parallel_size=actor.sequence_parallel_size,
         )
 
 
@@ -115,12 +124,16 @@ class FSDPEngine:
     over ranks, and world-size independent checkpoints.
     """
 
-    def __init__(self, model: PreTrainedModel, settings: TrainSettings, *, trainable: bool = True):
+    def __init__(
+        self, model: PreTrainedModel, settings: TrainSettings, *, trainable: bool = True, device: str = "cpu"
+    ):
         if not dist.is_initialized():
             raise RuntimeError("FSDP engines need torch.distributed initialised (Worker.init_distributed)")
         self.settings = settings
         self.world_size = dist.get_world_size()
         self.rank = dist.get_rank()
+        self.sp = settings.sequence_parallel_size
+        self.sp_group = self._sequence_parallel_group(model, device)
         self.config = model.config
         self.generation_config = getattr(model, "generation_config", None)
         # Aliases of tied weights (lm_head.weight when embeddings are tied): left out of saved checkpoints.
@@ -144,26 +157,64 @@ class FSDPEngine:
                 self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
             )
 
+    def _sequence_parallel_group(self, model: PreTrainedModel, device: str) -> dist.ProcessGroup | None:
+        """This rank's SP group in a (dp, sp) mesh of consecutive ranks (None without SP); points the model's
+        attention at Ulysses. Collective: every rank builds the whole mesh."""
+        if self.sp == 1:
+            return None
+        if self.world_size % self.sp:
+            raise UserError(
+                f"sequence_parallel_size {self.sp} does not divide the world size {self.world_size}"
+            )
+        ulysses.check_heads(model.config, self.sp)
+        ulysses.enable(model)
+        from torch.distributed.device_mesh import init_device_mesh
+
+        mesh = init_device_mesh(
+            torch.device(device).type, (self.world_size // self.sp, self.sp), mesh_dim_names=("dp", "sp")
+        )
+        return mesh.get_group("sp")
+
     # ---- passes ------------------------------------------------------------------------------------------------
     def _window(self, micro: dict[str, torch.Tensor]) -> Window:
-        """The model inputs of a micro-batch, packed or padded as the settings say."""
-        return (packed_window if self.settings.remove_padding else padded_window)(micro)
+        """The model inputs of a micro-batch, packed or padded as the settings say (always packed under SP)."""
+        packed = self.settings.remove_padding or self.sp_group is not None
+        return (packed_window if packed else padded_window)(micro)
+
+    def _sequence_parallel_forward(
+        self, window: Window, per_token: ulysses.PerToken
+    ) -> dict[str, torch.Tensor]:
+        """Outputs [1, N] of every position of a packed window, through the Ulysses forward over this rank's group."""
+        ids, positions = window.inputs["input_ids"], window.inputs["position_ids"]
+        return ulysses.packed_forward(self.model, ids, positions, self.sp_group, per_token)
+
+    def _group_share(self, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], slice]:
+        """The SP group's pooled rows (its ranks' shares in rank order) and this rank's rows within them."""
+        if self.sp_group is None:
+            return tensors, slice(0, tensors["input_ids"].shape[0])
+        shares: list[dict[str, torch.Tensor] | None] = [None] * self.sp
+        dist.all_gather_object(shares, tensors, group=self.sp_group)
+        sizes = [share["input_ids"].shape[0] for share in shares]
+        start = sum(sizes[: dist.get_rank(self.sp_group)])
+        pooled = {key: torch.cat([share[key] for share in shares]) for key in tensors}
+        return pooled, slice(start, start + tensors["input_ids"].shape[0])
 
     @torch.no_grad()
     def _inference(self, batch: Batch, forward: MicroForward) -> Batch:
         """Run `forward` over every micro-batch in eval mode and concatenate its [b, R] outputs per key."""
         was_training = self.model.training
         self.model.eval()
+        tensors, own = self._group_share(batch.tensors)
         outs: dict[str, list[torch.Tensor]] = {}
         try:
-            for rows in self._micro_slices(batch.tensors["attention_mask"]):
-                result = forward(_take(batch.tensors, rows))
+            for rows in self._micro_slices(tensors["attention_mask"]):
+                result = forward(_take(tensors, rows))
                 if rows.stop > rows.start:  # a padding micro-batch only keeps the collectives aligned
                     for key, value in result.items():
                         outs.setdefault(key, []).append(value)
         finally:
             self.model.train(was_training)
-        return Batch(tensors={k: torch.cat(v) for k, v in outs.items()})
+        return Batch(tensors={k: torch.cat(v)[own] for k, v in outs.items()})
 
     def _update(self, tensors: dict[str, torch.Tensor], micro_loss: MicroLoss) -> dict[str, float]:
         """PPO epochs x mini-batches x micro-batches with gradient accumulation; one optimizer step per mini-batch.
@@ -180,7 +231,7 @@ class FSDPEngine:
         self.model.train()
         for _ in range(self.settings.epochs):
             for mini in _even_slices(rows, self.settings.mini_batches):
-                mini_tensors = _take(tensors, mini)
+                mini_tensors, _ = self._group_share(_take(tensors, mini))  # an SP group pools its ranks' rows
                 tokens, seqs = self._global_counts(mini_tensors["response_mask"])
                 slices = self._micro_slices(mini_tensors["attention_mask"])
                 for i, micro_rows in enumerate(slices):
@@ -208,10 +259,15 @@ class FSDPEngine:
         return float(norm)
 
     def _global_counts(self, mask: torch.Tensor) -> tuple[float, float]:
-        """Loss tokens and sequences of a mini-batch summed over all ranks (the loss denominators)."""
+        """Loss tokens and sequences of a mini-batch summed over all ranks (the loss denominators).
+
+        The ranks of an SP group hold the same rows, counted once. Every one of them computes the group's loss, and
+        the sequence-parallel backward gives each only its own tokens' share of the gradient, so FSDP's mean over
+        the world still yields the gradient of the batch loss.
+        """
         counts = torch.tensor(loss_denominators(mask), dtype=torch.float64)
         dist.all_reduce(counts)
-        return float(counts[0]), float(counts[1])
+        return float(counts[0]) / self.sp, float(counts[1]) / self.sp
 
     def _micro_slices(self, attention_mask: torch.Tensor) -> list[slice]:
         """Micro-batch row ranges (micro_batch_size rows, or consecutive rows within the token budget), padded with
@@ -221,7 +277,8 @@ class FSDPEngine:
             size = self.settings.micro_batch_size
             slices = [slice(i, min(i + size, rows)) for i in range(0, rows, size)]
         else:
-            slices = token_budget_slices(attention_mask.sum(-1).tolist(), budget)
+            # the budget is per rank: an SP group's micro-batch is split over its sp ranks
+            slices = token_budget_slices(attention_mask.sum(-1).tolist(), budget * self.sp)
         count = torch.tensor([len(slices)])
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
         return slices + [slice(0, 0)] * (int(count) - len(slices))
@@ -237,8 +294,9 @@ class FSDPEngine:
         tokens = max(total.pop("tokens", 0.0), 1.0)
         out = {}
         for key, value in total.items():
-            if key.endswith("_loss"):  # each rank's contributions add up to the batch loss x world size
-                out[key] = value / self.world_size / max(steps, 1)
+            # loss contributions add up to the batch loss x world size (x sp: an SP group's ranks repeat theirs)
+            if key.endswith("_loss"):
+                out[key] = value / self.world_size / self.sp / max(steps, 1)
             elif key == "grad_norm":
                 out[key] = value / self.world_size / max(steps, 1)
             else:
@@ -333,7 +391,10 @@ class FSDPTrainEngine(FSDPEngine):
         self, model_path: str | Path, settings: TrainSettings, *, trainable: bool = True, device: str = "cpu"
     ):
         super().__init__(
-            load_causal_lm(model_path, dtype=DTYPES[settings.dtype]).to(device), settings, trainable=trainable
+            load_causal_lm(model_path, dtype=DTYPES[settings.dtype]).to(device),
+            settings,
+            trainable=trainable,
+            device=device,
         )
 
     def _forward(
@@ -345,14 +406,28 @@ class FSDPTrainEngine(FSDPEngine):
     ):
         """Log-probs (and entropy, without its graph unless entropy_grad) [b, R] of one micro-batch's responses."""
         window = self._window(micro)
-        logits = window.kept(self.model(**window.inputs, use_cache=False, logits_to_keep=window.keep).logits)
-        log_probs = window.scatter(token_log_probs(logits, window.targets, temperature))
-        entropy = None
-        if with_entropy:
-            entropy = window.scatter(
-                entropy_from_logits(logits if entropy_grad else logits.detach(), temperature)
+        if self.sp_group is not None:  # every position's outputs on this rank's slice, gathered, then picked
+
+            def per_token(logits: torch.Tensor, next_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+                out = {"log_probs": token_log_probs(logits, next_tokens, temperature)}
+                if with_entropy:
+                    out["entropy"] = entropy_from_logits(
+                        logits if entropy_grad else logits.detach(), temperature
+                    )
+                return out
+
+            outs = self._sequence_parallel_forward(window, per_token)
+            log_probs, entropy = window.picked(outs["log_probs"]), outs.get("entropy")
+            entropy = window.picked(entropy) if entropy is not None else None
+        else:
+            logits = window.kept(
+                self.model(**window.inputs, use_cache=False, logits_to_keep=window.keep).logits
             )
-        return log_probs, entropy
+            log_probs = token_log_probs(logits, window.targets, temperature)
+            entropy = None
+            if with_entropy:
+                entropy = entropy_from_logits(logits if entropy_grad else logits.detach(), temperature)
+        return window.scatter(log_probs), window.scatter(entropy) if entropy is not None else None
 
     def log_probs(self, batch: Batch, *, temperature: float, with_entropy: bool = False) -> Batch:
         """Per-token log-probs (key `log_probs`) and optionally full-vocabulary entropy (`entropy`), [B, R]."""
@@ -408,12 +483,19 @@ class FSDPCriticEngine(FSDPEngine):
     def __init__(
         self, model_path: str | Path, settings: TrainSettings, *, cliprange_value: float, device: str = "cpu"
     ):
-        super().__init__(load_value_model(model_path, dtype=DTYPES[settings.dtype]).to(device), settings)
+        super().__init__(
+            load_value_model(model_path, dtype=DTYPES[settings.dtype]).to(device), settings, device=device
+        )
         self.cliprange_value = cliprange_value
 
     def _forward(self, micro: dict[str, torch.Tensor]) -> torch.Tensor:
         """Values [b, R]: V_t is read where the policy's logits for response token t are (the state before it)."""
         window = self._window(micro)
+        if self.sp_group is not None:
+            outs = self._sequence_parallel_forward(
+                window, lambda logits, _: {"values": logits[..., 0].float()}
+            )
+            return window.scatter(window.picked(outs["values"]))
         out = self.model(**window.inputs, use_cache=False)
         return window.scatter(window.picked(out.logits)[..., 0].float())
 

@@ -16,6 +16,7 @@ attention.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -54,6 +55,8 @@ def check_heads(config: PretrainedConfig, sp: int, who: str = "model") -> None:
 
 def enable(model: PreTrainedModel) -> None:
     """Make `model`'s attention layers call the Ulysses attention (idempotent)."""
+    if "sliding_attention" in (getattr(model.config, "layer_types", None) or []):
+        raise UserError("sequence parallelism does not support sliding-window attention layers; use size 1")
     AttentionInterface.register(ATTENTION, attention)
     model.set_attn_implementation(ATTENTION)
 
@@ -190,3 +193,30 @@ def local_slice(x: torch.Tensor, group: dist.ProcessGroup | None, dim: int = 1) 
     if group_size(group) == 1:
         return x
     return x.tensor_split(dist.get_world_size(group), dim=dim)[dist.get_rank(group)]
+
+
+# (local logits [1, T/sp, V], the tokens they predict [1, T/sp]) -> per-token outputs [1, T/sp] by name
+PerToken = Callable[[torch.Tensor, torch.Tensor], dict[str, torch.Tensor]]
+
+
+def packed_forward(
+    model: PreTrainedModel,
+    ids: torch.Tensor,
+    positions: torch.Tensor,
+    group: dist.ProcessGroup | None,
+    per_token: PerToken,
+) -> dict[str, torch.Tensor]:
+    """A packed row (ids, positions [1, N]) split over `group` through `model`; `per_token` runs on each rank's
+    slice of the logits and the tokens that follow, and its outputs come back gathered as [1, N] (the output at
+    position t, which predicts token t + 1). Collective over the group; differentiable."""
+    length = ids.shape[1]
+    padded_ids, padded_positions = pad_to_multiple(ids, positions, group_size(group))
+    next_tokens = F.pad(padded_ids[:, 1:], (0, 1))  # across a sequence's end: an output nobody reads
+    activate(group, padded_positions)
+    logits = model(
+        input_ids=local_slice(padded_ids, group),
+        position_ids=local_slice(padded_positions, group),
+        use_cache=False,
+    ).logits
+    outs = per_token(logits, local_slice(next_tokens, group))
+    return {key: gather(value, group)[:, :length] for key, value in outs.items()}
