@@ -112,6 +112,8 @@ def two_sp_ranks(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> l
         )
         for checkpointing in (False, True)  # True: backward re-runs the attention with its all-to-alls
     ]
+    # micro-batches by a per-rank token budget: each holds up to 2 x 40 tokens of the group
+    settings.append(TrainSettings(lr=LR, max_tokens_per_micro_batch=40, sequence_parallel_size=2))
     return run_ranks(tmp_path_factory.mktemp("two_sp_ranks"), model_dir, 2, settings)
 
 
@@ -133,9 +135,10 @@ def test_two_ranks_equal_one_rank(one_rank: list[dict], two_ranks: list[dict], m
 
 
 def test_sequence_parallel_equals_one_rank(one_rank: list[dict], two_sp_ranks: list[dict]) -> None:
-    """SP=2 (packed micro-batches of 3 + 3 + 2 rows split token-wise over 2 ranks) vs 1 rank, padded batches of 4."""
+    """SP=2 (packed micro-batches of 3 + 3 + 2 rows, or by token budget, split token-wise over 2 ranks) vs 1 rank
+    with padded micro-batches of 4."""
     one = one_rank[0]
-    for sp in two_sp_ranks:  # without and with activation checkpointing
+    for sp in two_sp_ranks:  # without and with activation checkpointing, by token budget
         torch.testing.assert_close(sp["log_probs"], one["log_probs"], atol=1e-5, rtol=1e-5)
         torch.testing.assert_close(sp["entropy"], one["entropy"], atol=1e-5, rtol=1e-5)
         assert_same_step(sp, one)
