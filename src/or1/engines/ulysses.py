@@ -40,16 +40,16 @@ class _Active:
 _active: _Active | None = None
 
 
-def check_heads(config: PretrainedConfig, sp: int, who: str = "model") -> None:
+def check_heads(config: PretrainedConfig, sp: int) -> None:
     """Refuse a sequence-parallel size that the model's attention heads cannot be split over."""
     heads, kv_heads = config.num_attention_heads, config.num_key_value_heads
     if heads % sp:
         raise UserError(
-            f"sequence_parallel_size {sp} does not divide the {who}'s {heads} attention heads; pick a divisor"
+            f"sequence_parallel_size {sp} does not divide the model's {heads} attention heads; pick a divisor"
         )
     if kv_heads % sp and sp % kv_heads:
         raise UserError(
-            f"sequence_parallel_size {sp} and the {who}'s {kv_heads} key/value heads: one must divide the other"
+            f"sequence_parallel_size {sp} and the model's {kv_heads} key/value heads: one must divide the other"
         )
 
 
