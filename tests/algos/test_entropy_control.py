@@ -117,3 +117,31 @@ def test_entropy_estimate_is_mean_negative_logprob_of_response_tokens():
     assert entropy_estimate(old, mask) == pytest.approx((0.1 + 0.3 + 0.2) / 3)
     with pytest.raises(ValueError):
         entropy_estimate(old, torch.zeros_like(mask))
+
+
+def test_alpha_before_the_estimate_is_exact_where_alpha_does_not_depend_on_it():
+    # the fused on-policy update takes alpha_k before e_k is known, then step(e_k, alpha) moves c as usual
+    scripted = [0.30, 0.15, 0.10, 0.18, 0.25, 0.12, 0.20]
+    for config in (
+        EntropyControlConfig(timing="repository", delta=0.005),
+        EntropyControlConfig(mode="fixed", fixed_coef=0.003),
+        EntropyControlConfig(mode="off"),
+    ):
+        plain, fused = (AdaptiveEntropyController.from_config(config) for _ in range(2))
+        for e in scripted:
+            assert not fused.alpha_needs_estimate
+            alpha = fused.alpha_before(switch_estimate=-1.0)  # a wrong estimate changes nothing here
+            assert fused.step(e, alpha=alpha) == plain.step(e)
+            assert fused.state_dict() == plain.state_dict()
+
+
+def test_paper_timing_needs_the_estimate_once_the_coefficient_is_positive():
+    ctrl = AdaptiveEntropyController.from_config(EntropyControlConfig())  # paper timing, target 0.2
+    assert not ctrl.alpha_needs_estimate  # c_0 = 0: alpha_0 is 0 whatever e_0
+    assert ctrl.alpha_before(0.1) == 0.0
+    ctrl.step(0.1)  # below target: c_1 = 0.005
+    assert ctrl.alpha_needs_estimate
+    assert (ctrl.alpha_before(0.1), ctrl.alpha_before(0.3)) == (0.005, 0.0)
+    # the switch read from another estimate (0.19, below) while e_1 (0.21) is above: alpha as taken, c from e_1
+    assert ctrl.step(0.21, alpha=ctrl.alpha_before(0.19)) == 0.005
+    assert ctrl.coef == pytest.approx(0.0) and ctrl.metrics()["entropy"] == 0.21

@@ -57,6 +57,12 @@ def test_set_overrides_parse_yaml_values(tmp_path):
         (BASE, 1, ["actor.learning_rate=1"], "--set actor.learning_rate: unknown key"),
         (BASE, 1, ["rollout.n=1"], "recipe.yaml with --set rollout.n: rollout.n is 1: a group of one"),
         (BASE, 1, ["actor.ppo_mini_batch_size=8"], "mini_batch_size (8) exceeds trainer.batch_size (4)"),
+        (
+            BASE,
+            1,
+            ["critic.sequence_parallel_size=4"],
+            "critic.sequence_parallel_size (4) must divide the world",
+        ),
         (BASE, 1, ["critc.lr=1"], "the key must start with one of model, data, rollout, actor, critic,"),
         (BASE, 3, [], "stage 3 is out of range"),
         (BASE.replace("model: {path: some/model}", "modle: {path: x}"), 1, [], "modle: unknown key"),

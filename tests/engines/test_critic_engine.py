@@ -1,4 +1,5 @@
-"""FSDPCriticEngine: values line up with the policy's log-prob positions, 2 gloo ranks update like 1, the value head
+"""FSDPCriticEngine: values line up with the policy's log-prob positions, 2 gloo ranks update like 1 (data- or
+sequence-parallel), the value head
 learns its targets, and a saved critic is a plain HF token-classification folder that loads back exactly."""
 
 from __future__ import annotations
@@ -27,11 +28,15 @@ def with_targets(batch: Batch) -> Batch:
     return batch.union(Batch({"values": torch.zeros_like(mask), "returns": returns}))
 
 
-def _rank(rank: int, world: int, init_file: str, model_dir: str, out_file: str, save_to: str) -> None:
+def _rank(
+    rank: int, world: int, init_file: str, model_dir: str, out_file: str, save_to: str, sp: int
+) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.set_num_threads(1)
     torch.manual_seed(0)  # the new value head: the same draw on every rank
-    engine = FSDPCriticEngine(model_dir, TrainSettings(lr=1e-3, micro_batch_size=3), cliprange_value=10.0)
+    engine = FSDPCriticEngine(
+        model_dir, TrainSettings(lr=1e-3, micro_batch_size=3, sequence_parallel_size=sp), cliprange_value=10.0
+    )
     batch = with_targets(make_batch(8)).chunk(world)[rank]
     values = engine.values(batch).tensors["values"]
     history = [engine.train_step(batch) for _ in range(STEPS)]
@@ -44,9 +49,10 @@ def _rank(rank: int, world: int, init_file: str, model_dir: str, out_file: str, 
     dist.destroy_process_group()
 
 
-def run_ranks(tmp_path: Path, model_dir: Path, world: int, save_to: str = "") -> dict:
-    out = tmp_path / f"critic_{world}.pt"
-    args = (world, str(tmp_path / f"pg_{world}"), str(model_dir), str(out), save_to)
+def run_ranks(tmp_path: Path, model_dir: Path, world: int, save_to: str = "", sp: int = 1) -> dict:
+    """`world` ranks, each handed its share of the batch; sp > 1: groups of `sp` ranks in Ulysses parallel."""
+    out = tmp_path / f"critic_{world}_{sp}.pt"
+    args = (world, str(tmp_path / f"pg_{world}_{sp}"), str(model_dir), str(out), save_to, sp)
     mp.spawn(_rank, args=args, nprocs=world, join=True)
     return torch.load(out, weights_only=False)
 
@@ -80,6 +86,15 @@ def test_value_loss_falls_and_two_ranks_equal_one(one_rank: dict, tmp_path: Path
     two = run_ranks(tmp_path, model_dir, 2)
     torch.testing.assert_close(two["values"], one_rank["values"], atol=1e-5, rtol=1e-5)
     for a, b in zip(two["history"], one_rank["history"], strict=True):
+        assert a["vf_loss"] == pytest.approx(b["vf_loss"], rel=1e-3)
+        assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-3)
+
+
+def test_sequence_parallel_critic_equals_one_rank(one_rank: dict, tmp_path: Path, model_dir: Path) -> None:
+    """One Ulysses group of 2 ranks: the same values and the same 8 value updates as one rank."""
+    sp = run_ranks(tmp_path, model_dir, 2, sp=2)
+    torch.testing.assert_close(sp["values"], one_rank["values"], atol=1e-5, rtol=1e-5)
+    for a, b in zip(sp["history"], one_rank["history"], strict=True):
         assert a["vf_loss"] == pytest.approx(b["vf_loss"], rel=1e-3)
         assert a["grad_norm"] == pytest.approx(b["grad_norm"], rel=1e-3)
 

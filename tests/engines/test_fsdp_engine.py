@@ -1,5 +1,6 @@
-"""FSDPTrainEngine: 2 gloo ranks train exactly like 1, micro-batching is exact, log-probs match a plain forward,
-checkpoints are HF-loadable and independent of the world size."""
+"""FSDPTrainEngine: 2 gloo ranks train exactly like 1 (as data-parallel ranks, or as one Ulysses sequence-parallel
+group), micro-batching is exact, log-probs match a plain forward, checkpoints are HF-loadable and independent of the
+world size."""
 
 from __future__ import annotations
 
@@ -102,6 +103,20 @@ def two_ranks(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> list
     )
 
 
+@pytest.fixture(scope="module")
+def two_sp_ranks(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> list[dict]:
+    """One Ulysses group of 2 ranks (dp = 1): each rank is handed half the batch, as DP_COMPUTE would."""
+    settings = [
+        TrainSettings(
+            lr=LR, micro_batch_size=3, sequence_parallel_size=2, gradient_checkpointing=checkpointing
+        )
+        for checkpointing in (False, True)  # True: backward re-runs the attention with its all-to-alls
+    ]
+    # micro-batches by a per-rank token budget: each holds up to 2 x 40 tokens of the group
+    settings.append(TrainSettings(lr=LR, max_tokens_per_micro_batch=40, sequence_parallel_size=2))
+    return run_ranks(tmp_path_factory.mktemp("two_sp_ranks"), model_dir, 2, settings)
+
+
 def assert_same_step(a: dict, b: dict) -> None:
     for key in ("pg_loss", "entropy_loss", "grad_norm", "clip_frac", "entropy"):
         assert a["metrics"][key] == pytest.approx(b["metrics"][key], rel=1e-4, abs=1e-6), key
@@ -117,6 +132,16 @@ def test_two_ranks_equal_one_rank(one_rank: list[dict], two_ranks: list[dict], m
     start = load_causal_lm(model_dir).state_dict()
     moved = sum(float((one["params"][n] - start[n]).abs().max()) > 10 * PARAM_ATOL for n in one["params"])
     assert moved == len(one["params"])  # the step really moved every tensor (the comparison is not vacuous)
+
+
+def test_sequence_parallel_equals_one_rank(one_rank: list[dict], two_sp_ranks: list[dict]) -> None:
+    """SP=2 (packed micro-batches of 3 + 3 + 2 rows, or by token budget, split token-wise over 2 ranks) vs 1 rank
+    with padded micro-batches of 4."""
+    one = one_rank[0]
+    for sp in two_sp_ranks:  # without and with activation checkpointing, by token budget
+        torch.testing.assert_close(sp["log_probs"], one["log_probs"], atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(sp["entropy"], one["entropy"], atol=1e-5, rtol=1e-5)
+        assert_same_step(sp, one)
 
 
 def test_micro_batching_equals_full_batch(one_rank: list[dict]) -> None:

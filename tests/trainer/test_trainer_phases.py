@@ -5,11 +5,15 @@ from __future__ import annotations
 import pytest
 import torch
 
-from or1.config.schema import AlgorithmConfig
+from or1.algos.entropy_control import AdaptiveEntropyController
+from or1.config.loading import resolve
+from or1.config.schema import AlgorithmConfig, EntropyControlConfig
 from or1.hybrid.batch import Batch
 from or1.trainer.phases import (
     add_advantages,
+    fuses_old_log_prob,
     rejection_sample,
+    rollout_entropy,
     rollout_metrics,
     sampled_entropy,
     truncation_policy,
@@ -85,3 +89,36 @@ def test_mask_truncation_keeps_the_truncated_score_in_the_group_statistics() -> 
     torch.testing.assert_close(out.tensors["advantages"], expected, atol=1e-6, rtol=1e-6)
     # Were the truncated score counted as 0 (the bug), the group would be 1, 0, 0, 0: A = 1.5, -0.5, -0.5, -0.5.
     assert out.tensors["advantages"][0, 0].item() == pytest.approx(0.866024, abs=1e-5)
+
+
+def test_the_old_log_prob_pass_is_fused_only_where_it_is_exact() -> None:
+    paper = AdaptiveEntropyController.from_config(EntropyControlConfig())
+    paper.step(0.1)  # a positive coefficient: paper timing's alpha now depends on e_k
+    repository = AdaptiveEntropyController.from_config(EntropyControlConfig(timing="repository"))
+    repository.step(0.1)
+
+    def fuses(overrides: list[str], controller: AdaptiveEntropyController = repository) -> bool:
+        return fuses_old_log_prob(resolve("tiny", 1, overrides), controller)
+
+    assert fuses([])  # tiny: one mini-batch, one epoch, no KL
+    assert not fuses(["actor.old_log_prob=recompute"])
+    assert not fuses(["actor.ppo_mini_batch_size=8"])  # two optimizer steps per batch
+    assert not fuses(["actor.ppo_epochs=2"])
+    assert not fuses(["algorithm.kl.enabled=true", "algorithm.kl.in_reward=true"])
+    assert fuses(
+        ["algorithm.kl.enabled=true"]
+    )  # a KL loss term reads the reference's log-probs, not old ones
+    # paper timing: the switch reads the sampler's log-probs, only where they are the training distribution's
+    assert fuses([], paper)
+    assert not fuses(["rollout.top_p=0.9"], paper)
+    assert fuses(["rollout.top_p=0.9"])  # repository timing: alpha_k does not depend on e_k
+    assert not fuses(["rollout.engine=vllm", "rollout.temperature=0.8"], paper)
+    assert fuses(["rollout.engine=vllm"], paper)
+
+
+def test_rollout_entropy_reads_the_samplers_log_probs() -> None:
+    mask = torch.tensor([[1, 1, 0], [1, 0, 0]])
+    batch = Batch(
+        {"rollout_log_probs": torch.tensor([[-0.1, -0.3, -9.0], [-0.2, -9.0, -9.0]]), "response_mask": mask}
+    )
+    assert rollout_entropy(batch) == pytest.approx((0.1 + 0.3 + 0.2) / 3)

@@ -83,16 +83,31 @@ class AdaptiveEntropyController:
         c = max(c, self.min_coef)
         return c if self.max_coef is None else min(c, self.max_coef)
 
-    def step(self, entropy_estimate: float) -> float:
-        """Record this step's estimate e_k; return alpha_k for this step's loss and advance the coefficient."""
-        below = entropy_estimate < self.target
+    @property
+    def alpha_needs_estimate(self) -> bool:
+        """Whether this step's alpha depends on its own estimate e_k (paper timing, adaptive, coefficient > 0)."""
+        return self.mode == "adaptive" and self.timing == "paper" and self.coef != 0.0
+
+    def alpha_before(self, switch_estimate: float) -> float:
+        """The alpha_k that `step` will return, before e_k is known: exact unless it depends on e_k (paper timing
+        with a non-zero coefficient), where the on/off switch reads `switch_estimate` instead of e_k."""
         if self.mode == "off":
-            alpha = 0.0
-        elif self.mode == "fixed":
-            alpha = self.fixed_coef
-        else:
-            on = below if self.timing == "paper" else self.enabled
-            alpha = self.coef if on else 0.0
+            return 0.0
+        if self.mode == "fixed":
+            return self.fixed_coef
+        on = switch_estimate < self.target if self.timing == "paper" else self.enabled
+        return self.coef if on else 0.0
+
+    def step(self, entropy_estimate: float, alpha: float | None = None) -> float:
+        """Record this step's estimate e_k; return alpha_k for this step's loss and advance the coefficient.
+
+        `alpha`: the weight this step's loss already used (from `alpha_before`, when the update had to start
+        before e_k was known); e_k still moves the coefficient and is what `metrics` reports.
+        """
+        below = entropy_estimate < self.target
+        if alpha is None:
+            alpha = self.alpha_before(entropy_estimate)
+        if self.mode == "adaptive":
             self.coef = self._clamp(self.coef + self.delta if below else self.coef - self.delta)
             self.enabled = below
         self.steps += 1

@@ -94,7 +94,7 @@ def aggregate(
     return per_seq.sum() / max(denom, 1.0)
 
 
-def _masked_mean(values: Tensor, mask: Tensor) -> float:
+def masked_mean(values: Tensor, mask: Tensor) -> float:
     """Plain masked mean for metrics (local to this micro-batch)."""
     return float(masked(values, mask).sum() / mask.to(values.dtype).sum().clamp(min=1.0))
 
@@ -141,14 +141,14 @@ def ppo_clip_loss(
     with torch.no_grad():
         ratio_d, adv_d = ratio.detach(), advantages.detach()
         metrics = {
-            "clip_frac": _masked_mean((clipped.detach() > unclipped.detach()).float(), mask),
-            "clip_frac_low": _masked_mean(((adv_d < 0) & (ratio_d < 1.0 - clip_low)).float(), mask),
-            "clip_frac_high": _masked_mean(((adv_d > 0) & (ratio_d > 1.0 + clip_high)).float(), mask),
-            "approx_kl": _masked_mean(ratio_d - 1.0 - log_ratio.detach(), mask),
-            "ratio_mean": _masked_mean(ratio_d, mask),
+            "clip_frac": masked_mean((clipped.detach() > unclipped.detach()).float(), mask),
+            "clip_frac_low": masked_mean(((adv_d < 0) & (ratio_d < 1.0 - clip_low)).float(), mask),
+            "clip_frac_high": masked_mean(((adv_d > 0) & (ratio_d > 1.0 + clip_high)).float(), mask),
+            "approx_kl": masked_mean(ratio_d - 1.0 - log_ratio.detach(), mask),
+            "ratio_mean": masked_mean(ratio_d, mask),
         }
         if clip_ratio_c is not None:
-            metrics["clip_frac_dual"] = _masked_mean(dual.float(), mask)
+            metrics["clip_frac_dual"] = masked_mean(dual.float(), mask)
     return loss, metrics
 
 
@@ -309,7 +309,7 @@ def policy_loss(
     if entropy is not None:
         entropy = masked(entropy, mask)
         ent = aggregate(entropy, mask, cfg.agg_mode, **agg)
-        metrics["entropy"] = _masked_mean(entropy.detach(), mask)
+        metrics["entropy"] = masked_mean(entropy.detach(), mask)
         metrics["entropy_loss"] = float(ent.detach())
         if entropy_coef != 0.0:
             loss = loss - entropy_coef * ent
@@ -321,7 +321,7 @@ def policy_loss(
         kl = kl_penalty(masked(log_probs, mask), masked(ref_log_probs, mask), cfg.kl_kind)
         kl_agg = aggregate(kl, mask, cfg.agg_mode, **agg)
         loss = loss + cfg.kl_coef * kl_agg
-        metrics["kl"] = _masked_mean(kl.detach(), mask)
+        metrics["kl"] = masked_mean(kl.detach(), mask)
         metrics["kl_loss"] = float(kl_agg.detach())
     return loss, metrics
 
@@ -348,9 +348,9 @@ def value_loss(
     loss = aggregate(0.5 * torch.maximum(unclipped_sq, clipped_sq), mask, "token-mean", num_tokens=num_tokens)
     metrics = {
         "vf_loss": float(loss.detach()),
-        "vf_clip_frac": _masked_mean((clipped_sq > unclipped_sq).float().detach(), mask),
-        "value_mean": _masked_mean(values.detach(), mask),
-        "return_mean": _masked_mean(returns, mask),
+        "vf_clip_frac": masked_mean((clipped_sq > unclipped_sq).float().detach(), mask),
+        "value_mean": masked_mean(values.detach(), mask),
+        "return_mean": masked_mean(returns, mask),
         "tokens": float(mask.sum()),
     }
     return loss, metrics

@@ -10,8 +10,11 @@ guarantees that, and the engine pads the micro-batch count anyway).
 Batch layout (tensors, first dim = sequences): `input_ids` / `attention_mask` [B, P + R] with left-padded prompts
 and right-padded responses, `responses` / `response_mask` [B, R] (the last R columns of input_ids; response_mask
 is the loss mask), plus `old_log_probs`, `advantages` (and `ref_log_probs`) [B, R] for the policy's update and
-`values`, `returns` [B, R] for the critic's. Each micro-batch is cut to its own longest row before the forward
-pass, so compute is paid only for real tokens of kept rows.
+`values`, `returns` [B, R] for the critic's. Micro-batches hold `micro_batch_size` rows, or as many consecutive
+rows as fit `max_tokens_per_micro_batch` tokens. With `remove_padding` a micro-batch's real tokens are packed into
+one row (position ids restart at 0 per sequence and no attention mask, from which transformers builds a mask that
+keeps attention inside each sequence), so no compute goes to pad tokens; without it, the micro-batch is cut to its
+longest prompt and response and padded. Either way the outputs come back in the [b, R] layout above.
 
 On CUDA (`TrainSettings.from_config` with a cuda device): parameters are kept in float32 and FSDP2's
 MixedPrecisionPolicy computes in model.dtype (bfloat16) with float32 gradient reduction; `actor.offload` moves the
@@ -19,6 +22,11 @@ sharded parameters and optimizer state to host memory between phases (`offload` 
 around the colocated rollout); `actor.fsdp_cpu_offload` keeps them on the host all the time (FSDP2's
 CPUOffloadPolicy: the optimizer steps on the CPU). Micro-batches move to the device inside the passes and results
 come back on the CPU.
+
+Sequence parallelism (settings.sequence_parallel_size = sp > 1, see `ulysses`): the world is a (dp, sp) mesh whose
+sp groups are consecutive ranks; FSDP still shards over all ranks. Each rank receives its own DP_COMPUTE share; the
+ranks of a group pool their shares (mini-batch by mini-batch), every one of them runs the group's micro-batches,
+each packed into one row and split token-wise over the group, and each returns the outputs of its own share.
 """
 
 from __future__ import annotations
@@ -47,11 +55,14 @@ from or1.algos.losses import (
     LossConfig,
     entropy_from_logits,
     loss_denominators,
+    masked_mean,
     policy_loss,
     token_log_probs,
     value_loss,
 )
+from or1.engines import ulysses
 from or1.engines.loading import load_causal_lm, load_value_model
+from or1.errors import UserError
 from or1.hybrid.batch import Batch
 
 if TYPE_CHECKING:
@@ -88,8 +99,11 @@ class TrainSettings:
     warmup_steps: int = 0
     grad_clip: float = 1.0
     micro_batch_size: int = 8  # sequences per forward / backward
+    max_tokens_per_micro_batch: int | None = None  # micro-batches by token budget instead of micro_batch_size
+    remove_padding: bool = False  # pack each micro-batch's real tokens into one row
     mini_batches: int = 1  # optimizer steps per pass over a batch (batch_size / ppo_mini_batch_size)
     epochs: int = 1  # passes over each batch
+    sequence_parallel_size: int = 1  # ranks that split each packed micro-batch's tokens (Ulysses)
 
     @classmethod
     def from_config(
@@ -119,8 +133,11 @@ class TrainSettings:
             warmup_steps=actor.warmup_steps,
             grad_clip=actor.grad_clip,
             micro_batch_size=actor.micro_batch_size,
+            max_tokens_per_micro_batch=actor.max_tokens_per_micro_batch,
+            remove_padding=actor.remove_padding,
             mini_batches=max(1, cfg.trainer.batch_size // mini_batch),
             epochs=actor.ppo_epochs,
+            sequence_parallel_size=actor.sequence_parallel_size,
         )
 
     @property
@@ -162,6 +179,8 @@ class FSDPEngine:
             )
         self.world_size = dist.get_world_size()
         self.rank = dist.get_rank()
+        self.sp = settings.sequence_parallel_size
+        self.sp_group = self._sequence_parallel_group(model)
         self.config = model.config
         self.generation_config = getattr(model, "generation_config", None)
         # Aliases of tied weights (lm_head.weight when embeddings are tied): left out of saved checkpoints.
@@ -190,33 +209,62 @@ class FSDPEngine:
                 self.optimizer, lambda step: min(1.0, (step + 1) / warmup) if warmup else 1.0
             )
 
+    def _sequence_parallel_group(self, model: PreTrainedModel) -> dist.ProcessGroup | None:
+        """This rank's SP group in a (dp, sp) mesh of consecutive ranks (None without SP); points the model's
+        attention at Ulysses. Collective: every rank builds the whole mesh."""
+        if self.sp == 1:
+            return None
+        if self.world_size % self.sp:
+            raise UserError(
+                f"sequence_parallel_size {self.sp} does not divide the world size {self.world_size}"
+            )
+        ulysses.check_heads(model.config, self.sp)
+        ulysses.enable(model)
+        mesh = init_device_mesh(
+            self.device.type, (self.world_size // self.sp, self.sp), mesh_dim_names=("dp", "sp")
+        )
+        return mesh.get_group("sp")
+
     # ---- passes ------------------------------------------------------------------------------------------------
-    @staticmethod
-    def _window(micro: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor, int]:
-        """(ids, mask, position ids, R') of a micro-batch cut to its longest prompt and longest response R'."""
-        ids, mask = micro["input_ids"], micro["attention_mask"]
-        prompt_width = ids.shape[1] - micro["responses"].shape[1]
-        keep_resp = max(1, int(mask[:, prompt_width:].sum(-1).max()))  # longest response in this micro-batch
-        first = int(prompt_width - mask[:, :prompt_width].sum(-1).max())  # longest prompt's first column
-        end = prompt_width + keep_resp
-        ids, mask = ids[:, first:end], mask[:, first:end]
-        return ids, mask, (mask.cumsum(-1) - 1).clamp(min=0), keep_resp
+    def _window(self, micro: dict[str, torch.Tensor]) -> Window:
+        """The model inputs of a micro-batch, packed or padded as the settings say (always packed under SP)."""
+        packed = self.settings.remove_padding or self.sp_group is not None
+        return (packed_window if packed else padded_window)(micro)
+
+    def _sequence_parallel_forward(
+        self, window: Window, per_token: ulysses.PerToken
+    ) -> dict[str, torch.Tensor]:
+        """Outputs [1, N] of every position of a packed window, through the Ulysses forward over this rank's group."""
+        ids, positions = window.inputs["input_ids"], window.inputs["position_ids"]
+        return ulysses.packed_forward(self.model, ids, positions, self.sp_group, per_token)
+
+    def _group_share(self, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], slice]:
+        """The SP group's pooled rows (its ranks' shares in rank order) and this rank's rows within them."""
+        if self.sp_group is None:
+            return tensors, slice(0, tensors["input_ids"].shape[0])
+        shares: list[dict[str, torch.Tensor] | None] = [None] * self.sp
+        dist.all_gather_object(shares, tensors, group=self.sp_group)
+        sizes = [share["input_ids"].shape[0] for share in shares]
+        start = sum(sizes[: dist.get_rank(self.sp_group)])
+        pooled = {key: torch.cat([share[key] for share in shares]) for key in tensors}
+        return pooled, slice(start, start + tensors["input_ids"].shape[0])
 
     @torch.no_grad()
     def _inference(self, batch: Batch, forward: MicroForward) -> Batch:
         """Run `forward` over every micro-batch in eval mode and concatenate its [b, R] outputs per key."""
         was_training = self.model.training
         self.model.eval()
+        tensors, own = self._group_share(batch.tensors)
         outs: dict[str, list[torch.Tensor]] = {}
         try:
-            for rows in self._micro_slices(batch.tensors["input_ids"].shape[0]):
-                result = forward(_take(batch.tensors, rows, self.device))
+            for rows in self._micro_slices(tensors["attention_mask"]):
+                result = forward(_take(tensors, rows, self.device))
                 if rows.stop > rows.start:  # a padding micro-batch only keeps the collectives aligned
                     for key, value in result.items():
                         outs.setdefault(key, []).append(value.cpu())
         finally:
             self.model.train(was_training)
-        return Batch(tensors={k: torch.cat(v) for k, v in outs.items()})
+        return Batch(tensors={k: torch.cat(v)[own] for k, v in outs.items()})
 
     def _update(self, tensors: dict[str, torch.Tensor], micro_loss: MicroLoss) -> dict[str, float]:
         """PPO epochs x mini-batches x micro-batches with gradient accumulation; one optimizer step per mini-batch.
@@ -233,13 +281,15 @@ class FSDPEngine:
         self.model.train()
         for _ in range(self.settings.epochs):
             for mini in _even_slices(rows, self.settings.mini_batches):
-                mini_tensors = _take(tensors, mini, self.device)
+                mini_tensors, _ = self._group_share(_take(tensors, mini))  # an SP group pools its ranks' rows
                 tokens, seqs = self._global_counts(mini_tensors["response_mask"])
-                slices = self._micro_slices(mini_tensors["input_ids"].shape[0])
+                slices = self._micro_slices(mini_tensors["attention_mask"])
                 for i, micro_rows in enumerate(slices):
                     self.model.set_requires_gradient_sync(i == len(slices) - 1)  # reduce once per mini-batch
                     loss, metrics = micro_loss(
-                        _take(mini_tensors, micro_rows), tokens / self.world_size, seqs / self.world_size
+                        _take(mini_tensors, micro_rows, self.device),
+                        tokens / self.world_size,
+                        seqs / self.world_size,
                     )
                     # a padding micro-batch (empty rows) keeps the collectives aligned but must not move the weights
                     real = micro_rows.stop > micro_rows.start
@@ -261,15 +311,26 @@ class FSDPEngine:
         return float(norm)
 
     def _global_counts(self, mask: torch.Tensor) -> tuple[float, float]:
-        """Loss tokens and sequences of a mini-batch summed over all ranks (the loss denominators)."""
+        """Loss tokens and sequences of a mini-batch summed over all ranks (the loss denominators).
+
+        The ranks of an SP group hold the same rows, counted once. Every one of them computes the group's loss, and
+        the sequence-parallel backward gives each only its own tokens' share of the gradient, so FSDP's mean over
+        the world still yields the gradient of the batch loss.
+        """
         counts = torch.tensor(loss_denominators(mask), dtype=torch.float64)
         dist.all_reduce(counts)
-        return float(counts[0]), float(counts[1])
+        return float(counts[0]) / self.sp, float(counts[1]) / self.sp
 
-    def _micro_slices(self, rows: int) -> list[slice]:
-        """Micro-batch row ranges, padded with empty ranges so every rank runs the same number of passes."""
-        size = self.settings.micro_batch_size
-        slices = [slice(i, min(i + size, rows)) for i in range(0, rows, size)]
+    def _micro_slices(self, attention_mask: torch.Tensor) -> list[slice]:
+        """Micro-batch row ranges (micro_batch_size rows, or consecutive rows within the token budget), padded with
+        empty ranges so every rank runs the same number of passes."""
+        rows, budget = attention_mask.shape[0], self.settings.max_tokens_per_micro_batch
+        if budget is None:
+            size = self.settings.micro_batch_size
+            slices = [slice(i, min(i + size, rows)) for i in range(0, rows, size)]
+        else:
+            # the budget is per rank: an SP group's micro-batch is split over its sp ranks
+            slices = token_budget_slices(attention_mask.sum(-1).tolist(), budget * self.sp)
         count = torch.tensor([len(slices)])
         dist.all_reduce(count, op=dist.ReduceOp.MAX)
         return slices + [slice(0, 0)] * (int(count) - len(slices))
@@ -285,8 +346,9 @@ class FSDPEngine:
         tokens = max(total.pop("tokens", 0.0), 1.0)
         out = {}
         for key, value in total.items():
-            if key.endswith("_loss"):  # each rank's contributions add up to the batch loss x world size
-                out[key] = value / self.world_size / max(steps, 1)
+            # loss contributions add up to the batch loss x world size (x sp: an SP group's ranks repeat theirs)
+            if key.endswith("_loss"):
+                out[key] = value / self.world_size / self.sp / max(steps, 1)
             elif key == "grad_norm":
                 out[key] = value / self.world_size / max(steps, 1)
             else:
@@ -402,24 +464,37 @@ class FSDPTrainEngine(FSDPEngine):
             load_causal_lm(model_path, dtype=DTYPES[settings.dtype]), settings, trainable=trainable
         )
 
-    def _forward(self, micro: dict[str, torch.Tensor], temperature: float, with_entropy: bool):
-        """Log-probs (and entropy) [b, R] of the responses of one micro-batch, computed on its trimmed window."""
-        ids, mask, positions, keep_resp = self._window(micro)
-        width = micro["responses"].shape[1]
-        logits = self.model(
-            input_ids=ids,
-            attention_mask=mask,
-            position_ids=positions,
-            use_cache=False,
-            logits_to_keep=keep_resp + 1,
-        ).logits[
-            :, :-1
-        ]  # position t predicts token t + 1: the last R' + 1 positions predict the R' responses
-        targets = micro["responses"][:, :keep_resp]
-        real = mask[:, -keep_resp:].to(logits.dtype)  # 0 on the padding of rows shorter than the longest
-        log_probs = _pad_right(token_log_probs(logits, targets, temperature) * real, width)
-        entropy = _pad_right(entropy_from_logits(logits, temperature) * real, width) if with_entropy else None
-        return log_probs, entropy
+    def _forward(
+        self,
+        micro: dict[str, torch.Tensor],
+        temperature: float,
+        with_entropy: bool,
+        entropy_grad: bool = True,
+    ):
+        """Log-probs (and entropy, without its graph unless entropy_grad) [b, R] of one micro-batch's responses."""
+        window = self._window(micro)
+        if self.sp_group is not None:  # every position's outputs on this rank's slice, gathered, then picked
+
+            def per_token(logits: torch.Tensor, next_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+                out = {"log_probs": token_log_probs(logits, next_tokens, temperature)}
+                if with_entropy:
+                    out["entropy"] = entropy_from_logits(
+                        logits if entropy_grad else logits.detach(), temperature
+                    )
+                return out
+
+            outs = self._sequence_parallel_forward(window, per_token)
+            log_probs, entropy = window.picked(outs["log_probs"]), outs.get("entropy")
+            entropy = window.picked(entropy) if entropy is not None else None
+        else:
+            logits = window.kept(
+                self.model(**window.inputs, use_cache=False, logits_to_keep=window.keep).logits
+            )
+            log_probs = token_log_probs(logits, window.targets, temperature)
+            entropy = None
+            if with_entropy:
+                entropy = entropy_from_logits(logits if entropy_grad else logits.detach(), temperature)
+        return window.scatter(log_probs), window.scatter(entropy) if entropy is not None else None
 
     def log_probs(self, batch: Batch, *, temperature: float, with_entropy: bool = False) -> Batch:
         """Per-token log-probs (key `log_probs`) and optionally full-vocabulary entropy (`entropy`), [B, R]."""
@@ -433,14 +508,27 @@ class FSDPTrainEngine(FSDPEngine):
     def train_step(
         self, batch: Batch, loss_cfg: LossConfig, *, temperature: float, entropy_coef: float = 0.0
     ) -> dict[str, float]:
-        """One PPO-clip update (see `FSDPEngine._update`); the entropy term only when entropy_coef is non-zero."""
-        need_entropy = entropy_coef != 0.0  # the full-vocabulary entropy costs a pass over the logits
+        """One PPO-clip update (see `FSDPEngine._update`); the entropy term only when entropy_coef is non-zero.
+
+        Without an `old_log_probs` column the update is on-policy (one mini-batch, one epoch): the old log-probs
+        are this forward's own, detached, which is what a separate pass with the same weights would give; the
+        full-vocabulary `entropy` metric is then computed here in its place. The metric `sampled_entropy` is the
+        mean negative log-prob of the loss tokens under the weights before the step (the entropy controller's e_k).
+        """
+        on_policy = "old_log_probs" not in batch.tensors
+        if on_policy and (self.settings.mini_batches, self.settings.epochs) != (1, 1):
+            raise ValueError(
+                "train_step without old_log_probs needs one mini-batch and one epoch (an on-policy update)"
+            )
+        # the full-vocabulary entropy costs a pass over the logits; its graph only when it is in the loss
+        need_entropy = entropy_coef != 0.0 or on_policy
 
         def micro_loss(micro: dict[str, torch.Tensor], num_tokens: float, num_seqs: float):
-            log_probs, entropy = self._forward(micro, temperature, need_entropy)
-            return policy_loss(
+            log_probs, entropy = self._forward(micro, temperature, need_entropy, entropy_coef != 0.0)
+            current = log_probs.detach()
+            loss, metrics = policy_loss(
                 log_probs,
-                micro["old_log_probs"],
+                current if on_policy else micro["old_log_probs"],
                 micro["advantages"],
                 micro["response_mask"],
                 loss_cfg,
@@ -450,6 +538,8 @@ class FSDPTrainEngine(FSDPEngine):
                 num_tokens=num_tokens,
                 num_seqs=num_seqs,
             )
+            metrics["sampled_entropy"] = masked_mean(-current, micro["response_mask"])
+            return loss, metrics
 
         return self._update(batch.tensors, micro_loss)
 
@@ -463,10 +553,14 @@ class FSDPCriticEngine(FSDPEngine):
 
     def _forward(self, micro: dict[str, torch.Tensor]) -> torch.Tensor:
         """Values [b, R]: V_t is read where the policy's logits for response token t are (the state before it)."""
-        ids, mask, positions, keep_resp = self._window(micro)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=positions, use_cache=False)
-        values = out.logits[:, -keep_resp - 1 : -1, 0].float()
-        return _pad_right(values * mask[:, -keep_resp:].to(values.dtype), micro["responses"].shape[1])
+        window = self._window(micro)
+        if self.sp_group is not None:
+            outs = self._sequence_parallel_forward(
+                window, lambda logits, _: {"values": logits[..., 0].float()}
+            )
+            return window.scatter(window.picked(outs["values"]))
+        out = self.model(**window.inputs, use_cache=False)
+        return window.scatter(window.picked(out.logits)[..., 0].float())
 
     def values(self, batch: Batch) -> Batch:
         """The critic's values (key `values`) of every response token, [B, R]."""
@@ -521,8 +615,79 @@ def _own_storage(t: torch.Tensor) -> torch.Tensor:
     return t.clone(memory_format=torch.contiguous_format)
 
 
-def _pad_right(values: torch.Tensor, width: int) -> torch.Tensor:
-    return torch.nn.functional.pad(values, (0, width - values.shape[1]))
+def token_budget_slices(lengths: list[int], budget: int) -> list[slice]:
+    """Consecutive row ranges whose token counts add up to at most `budget` (a longer row gets a range alone)."""
+    slices, start, used = [], 0, 0
+    for row, length in enumerate(lengths):
+        if row > start and used + length > budget:
+            slices.append(slice(start, row))
+            start, used = row, 0
+        used += length
+    if len(lengths) > start:
+        slices.append(slice(start, len(lengths)))
+    return slices
+
+
+@dataclass(frozen=True)
+class Window:
+    """A micro-batch as the model sees it, and the way back from per-position outputs to the [b, R] layout.
+
+    Position t's output belongs to response token t + 1 (the causal LM's logits predict it; the critic's value is
+    the state before it). `keep` is the causal LM's `logits_to_keep` covering those positions; `kept` turns its
+    logits into response-aligned outputs ([b, R'] padded, [1, N] packed, like `targets`), `picked` does the same
+    for outputs of every position (the critic's), and `scatter` puts response-aligned values into [b, R] with 0
+    where a row has no token.
+    """
+
+    inputs: dict[str, torch.Tensor]  # input_ids, position_ids (and attention_mask when padded)
+    keep: int | torch.Tensor
+    targets: torch.Tensor  # the response tokens, response-aligned
+    real: torch.Tensor  # [b, R] bool: slots that hold a response token
+    packed: bool
+
+    def kept(self, outputs: torch.Tensor) -> torch.Tensor:
+        return outputs if self.packed else outputs[:, :-1]
+
+    def picked(self, outputs: torch.Tensor) -> torch.Tensor:
+        return outputs[:, self.keep] if self.packed else outputs[:, -self.keep : -1]
+
+    def scatter(self, values: torch.Tensor) -> torch.Tensor:
+        if self.packed:
+            return values.new_zeros(self.real.shape).masked_scatter(self.real, values.reshape(-1))
+        # 0 on rows shorter than the longest
+        values = values * self.real[:, : values.shape[1]].to(values.dtype)
+        return torch.nn.functional.pad(values, (0, self.real.shape[1] - values.shape[1]))
+
+
+def padded_window(micro: dict[str, torch.Tensor]) -> Window:
+    """The micro-batch cut to its longest prompt and longest response R' (left / right padding kept)."""
+    ids, mask = micro["input_ids"], micro["attention_mask"]
+    prompt_width = ids.shape[1] - micro["responses"].shape[1]
+    keep_resp = max(1, int(mask[:, prompt_width:].sum(-1).max()))  # longest response in this micro-batch
+    first = int(prompt_width - mask[:, :prompt_width].sum(-1).max())  # longest prompt's first column
+    end = prompt_width + keep_resp
+    ids, mask = ids[:, first:end], mask[:, first:end]
+    inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
+    # the last R' + 1 positions predict the R' responses (the very last predicts nothing kept)
+    targets = micro["responses"][:, :keep_resp]
+    return Window(inputs, keep_resp + 1, targets, micro["attention_mask"][:, prompt_width:].bool(), False)
+
+
+def packed_window(micro: dict[str, torch.Tensor]) -> Window:
+    """The real tokens of every row one after another in a single row, position ids restarting at 0 per row.
+
+    Every row needs a prompt token: the first response token is predicted from the position before it.
+    """
+    ids, mask = micro["input_ids"], micro["attention_mask"]
+    prompt_width = ids.shape[1] - micro["responses"].shape[1]
+    valid = mask.bool()
+    if not bool(valid[:, :prompt_width].any(-1).all()):
+        raise ValueError("packed micro-batches need at least one prompt token per row")
+    where = valid.flatten().cumsum(0).view(valid.shape) - 1  # each real token's index in the packed row
+    real = valid[:, prompt_width:]
+    inputs = {"input_ids": ids[valid][None], "position_ids": (mask.cumsum(-1) - 1)[valid][None]}
+    keep = where[:, prompt_width:][real] - 1  # the position before each response token
+    return Window(inputs, keep, micro["responses"][real][None], real, True)
 
 
 def _weighted(metrics: dict[str, float]) -> dict[str, float]:

@@ -24,8 +24,10 @@ from or1.trainer.data import PromptLoader
 from or1.trainer.metrics import MetricsLogger, PhaseTimer, write_step_samples
 from or1.trainer.phases import (
     add_advantages,
+    fuses_old_log_prob,
     reason_counts,
     rejection_sample,
+    rollout_entropy,
     rollout_metrics,
     sampled_entropy,
     step_metrics,
@@ -84,8 +86,10 @@ def train(t: Trainer) -> None:
             _count_skipped(t, reasons)
             continue
         t.skipped_in_a_row, t.skipped_reasons = 0, {}
-        with timer("old_log_prob"):
-            batch = batch.union(t.actor.compute_log_prob(batch.only(LOG_PROB_COLUMNS)))
+        fused = fuses_old_log_prob(cfg, t.entropy)  # on-policy: the update's forward gives the old log-probs
+        if not fused:
+            with timer("old_log_prob"):
+                batch = batch.union(t.actor.compute_log_prob(batch.only(LOG_PROB_COLUMNS)))
         if algo.kl.enabled:
             with timer("ref_log_prob"):
                 batch = batch.union(t.actor.compute_ref_log_prob(batch.only(LOG_PROB_COLUMNS)))
@@ -93,9 +97,14 @@ def train(t: Trainer) -> None:
             with timer("values"):
                 batch = batch.union(t.critic.compute_values(batch.only(LOG_PROB_COLUMNS)))
         batch = add_advantages(batch, algo)
-        alpha = t.entropy.step(sampled_entropy(batch))
+        if fused:
+            alpha = t.entropy.alpha_before(rollout_entropy(batch))
+        else:
+            alpha = t.entropy.step(sampled_entropy(batch))
         with timer("update"):
-            update = t.actor.update_actor(batch.only(_update_columns(cfg)), entropy_coef=alpha)[0]
+            update = t.actor.update_actor(batch.only(_update_columns(cfg, fused)), entropy_coef=alpha)[0]
+        if fused:  # e_k of the weights before the step, from the update's own forward
+            t.entropy.step(update["sampled_entropy"], alpha=alpha)
         critic = {}
         if t.critic is not None:
             with timer("critic_update"):
@@ -172,9 +181,10 @@ def _finish_step(t: Trainer, step: int, metrics: dict[str, float], sampled: Batc
         save(t)
 
 
-def _update_columns(cfg: RunConfig) -> tuple[str, ...]:
+def _update_columns(cfg: RunConfig, fused: bool) -> tuple[str, ...]:
     kl = cfg.algorithm.kl
-    return (*UPDATE_COLUMNS, "ref_log_probs") if kl.enabled and not kl.in_reward else UPDATE_COLUMNS
+    columns = tuple(c for c in UPDATE_COLUMNS if not (fused and c == "old_log_probs"))
+    return (*columns, "ref_log_probs") if kl.enabled and not kl.in_reward else columns
 
 
 def save(t: Trainer) -> Path:

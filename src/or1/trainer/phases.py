@@ -11,11 +11,11 @@ import numpy as np
 import torch
 
 from or1.algos.advantages import AdvantageInputs, AdvantageParams, compute_advantages, scores_to_token_rewards
-from or1.algos.entropy_control import entropy_estimate
+from or1.algos.entropy_control import AdaptiveEntropyController, entropy_estimate
 from or1.algos.filters import RejectionStats, rejection_keep_indices
 from or1.algos.losses import kl_penalty
 from or1.algos.truncation import apply_truncation_policy
-from or1.config.schema import AlgorithmConfig
+from or1.config.schema import AlgorithmConfig, RunConfig
 from or1.hybrid.batch import Batch
 
 
@@ -79,6 +79,27 @@ def sampled_entropy(batch: Batch) -> float:
     return entropy_estimate(batch.tensors["old_log_probs"], batch.tensors["response_mask"])
 
 
+def rollout_entropy(batch: Batch) -> float:
+    """e_k from the sampler's own log-probs of the loss tokens (the same weights as the actor's)."""
+    return entropy_estimate(batch.tensors["rollout_log_probs"], batch.tensors["response_mask"])
+
+
+def fuses_old_log_prob(cfg: RunConfig, entropy: AdaptiveEntropyController) -> bool:
+    """Whether this step's update takes its old log-probs from its own forward (actor.old_log_prob auto).
+
+    Needs one optimizer step per batch, no KL in the reward (it reads the old log-probs before the update) and the
+    step's entropy weight before the update: exact unless it depends on e_k (`alpha_needs_estimate`), where the
+    switch reads the sampler's log-probs, but only when those are of the training distribution (top_p 1; vLLM's
+    are of the unscaled logits, so also temperature 1).
+    """
+    actor, rollout, kl = cfg.actor, cfg.rollout, cfg.algorithm.kl
+    one_step = actor.ppo_epochs == 1 and cfg.trainer.batch_size // actor.ppo_mini_batch_size <= 1
+    if actor.old_log_prob != "auto" or not one_step or (kl.enabled and kl.in_reward):
+        return False
+    sampler_matches = rollout.top_p == 1.0 and (rollout.engine == "hf" or rollout.temperature == 1.0)
+    return sampler_matches or not entropy.alpha_needs_estimate
+
+
 def rollout_metrics(batch: Batch, rejection: RejectionStats) -> dict[str, float]:
     """What the sampled batch looked like, before rejection: rewards, lengths, truncation, group outcomes."""
     lengths = batch.tensors["response_length"].float()
@@ -99,15 +120,18 @@ def rollout_metrics(batch: Batch, rejection: RejectionStats) -> dict[str, float]
 
 
 def kept_metrics(batch: Batch) -> dict[str, float]:
-    """Statistics of the rows that train: full-vocabulary entropy and the advantage spread."""
+    """Statistics of the rows that train: full-vocabulary entropy (when the old-log-prob pass ran) and the advantage
+    spread."""
     mask = batch.tensors["response_mask"].float()
     tokens = mask.sum().clamp(min=1.0)
     adv = batch.tensors["advantages"]
-    return {
-        "actor/entropy": float((batch.tensors["entropy"] * mask).sum() / tokens),
+    out = {
         "actor/advantage_abs_mean": float((adv.abs() * mask).sum() / tokens),
         "batch/train_tokens": float(mask.sum()),
     }
+    if "entropy" in batch:
+        out["actor/entropy"] = float((batch.tensors["entropy"] * mask).sum() / tokens)
+    return out
 
 
 def reason_counts(batch: Batch) -> dict[str, float]:
@@ -126,9 +150,8 @@ def step_metrics(
 ) -> dict[str, float]:
     """The step's log record: rollout, verifier reasons, trained rows, actor update, entropy control, time."""
     out = {**rollout_metrics(sampled, rejection), **reason_counts(sampled), **kept_metrics(trained)}
-    out.update(
-        {f"actor/{k}": v for k, v in update.items() if k != "entropy"}
-    )  # the old-log-prob pass's is logged
+    # the entropy of the weights before the step: the old-log-prob pass's, or the fused update's (the same then)
+    out.update({f"actor/{k}": v for k, v in update.items() if k != "entropy" or "actor/entropy" not in out})
     out.update({f"entropy/{k}": v for k, v in entropy_control.items()})
     out.update(timings)
     out["perf/tokens_per_s"] = out["response/tokens"] / max(timings.get("time/step", 0.0), 1e-9)

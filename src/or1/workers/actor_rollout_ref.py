@@ -210,8 +210,11 @@ class ActorRolloutRefWorker(Worker):
     # ---- update ----------------------------------------------------------------------------------------------------
     @register(Dispatch.DP_COMPUTE)
     def update_actor(self, batch: Batch, entropy_coef: float = 0.0) -> dict[str, float]:
-        """One PPO-clip update on this rank's share; returns metrics already averaged over all ranks."""
-        columns = [*TRAIN_COLUMNS, "old_log_probs", "advantages"]
+        """One PPO-clip update on this rank's share; returns metrics already averaged over all ranks.
+
+        Without `old_log_probs` the update is on-policy and takes them from its own forward (actor.old_log_prob).
+        """
+        columns = [*TRAIN_COLUMNS, "advantages", *(["old_log_probs"] if "old_log_probs" in batch else [])]
         if self.loss_cfg.needs_ref:
             columns.append("ref_log_probs")
         self.weights_version += 1
