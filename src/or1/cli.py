@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import functools
+import importlib
 import shlex
 import sys
 from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -216,13 +218,30 @@ def train(
     check_cpu_inputs(cfg)
     stop = StopFlag()
     with stop.watching():  # from here a Ctrl-C / SIGTERM, even during start-up, stops cleanly
-        from or1.trainer.run import run_all_stages, run_train
+        from or1.hybrid.cluster import local_cpus, ray_session
 
-        options = {"overwrite": overwrite, "allow_config_change": allow_config_change, "stop": stop}
-        if stage == "all":
-            run_all_stages(recipe, run_dir, overrides or [], resume, ray_address, **options)
-        else:
-            run_train(recipe, stage, run_dir, overrides or [], resume, ray_address, **options)
+        # Ray starts (its own processes) while a thread imports the trainer (torch, transformers: seconds of
+        # CPU), and every stage of `--stage all` then runs in this one Ray.
+        with ThreadPoolExecutor(1) as imports:
+            trainer = imports.submit(importlib.import_module, "or1.trainer.run")
+            widest = max(resolve(recipe, s, overrides or []).world_size for s in _stages(recipe, stage))
+            with ray_session(ray_address, num_cpus=local_cpus(widest)):
+                run = trainer.result()
+                stop.install()  # ray.init replaced the SIGTERM handler with one that exits mid-call
+                options = {"overwrite": overwrite, "allow_config_change": allow_config_change, "stop": stop}
+                if stage == "all":
+                    run.run_all_stages(recipe, run_dir, overrides or [], resume, ray_address, **options)
+                else:
+                    run.run_train(recipe, stage, run_dir, overrides or [], resume, ray_address, **options)
+
+
+def _stages(recipe: str, stage: str) -> list[str]:
+    """The stages a `train --stage` runs: that one, or every stage of the recipe (1-based numbers) for `all`."""
+    if stage != "all":
+        return [stage]
+    from or1.config.loading import load_recipe, stage_names
+
+    return [str(i) for i in range(1, len(stage_names(load_recipe(recipe)[1])) + 1)]
 
 
 @app.command()

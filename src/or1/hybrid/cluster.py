@@ -34,6 +34,11 @@ def worker_runtime_env(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return {**extra, "env_vars": env_vars}
 
 
+def local_cpus(world_size: int) -> int:
+    """CPUs a local Ray offers: every core of the machine, and at least one per rank plus one for the reward rank."""
+    return max(os.cpu_count() or 1, world_size + 1)
+
+
 @contextmanager
 def ray_session(
     address: str | None = None,

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import os
 import shutil
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
 from pathlib import Path
 
 import torch
@@ -23,6 +25,7 @@ from or1.config.schema import RunConfig
 from or1.engines.loading import load_tokenizer
 from or1.errors import UserError
 from or1.hybrid import ResourcePool, WorkerError, WorkerGroup, colocate, ray_session
+from or1.hybrid.cluster import local_cpus
 from or1.preflight import check_data_files, check_model, check_train
 from or1.report import refresh_report
 from or1.stop import StopFlag
@@ -243,7 +246,7 @@ def train_in_session(
 ) -> tuple[Trainer, dict[str, int]]:
     """Start Ray and the workers, resume (auto) or start fresh, train the stage to its end and export it."""
     stop = stop or StopFlag()
-    with ray_session(ray_address, num_cpus=max(os.cpu_count() or 1, cfg.world_size + 1)):
+    with ray_session(ray_address, num_cpus=local_cpus(cfg.world_size)):  # joins the CLI's Ray when it runs
         stop.install()  # ray.init replaced the SIGTERM handler with one that exits mid-call
         actor, critic, rewards = start_workers(cfg, model_path, critic_path)
         try:
@@ -384,7 +387,25 @@ def start_workers(
     cfg: RunConfig, model_path: str, critic_path: str | None = None
 ) -> tuple[WorkerGroup, WorkerGroup | None, WorkerGroup]:
     """The actor/rollout(/ref) group on nnodes x devices_per_node ranks with the critic (GAE) colocated in the same
-    processes, and one reward rank beside them."""
+    processes, and one reward rank beside them; the reward rank starts while the actor ranks load their models."""
+    with ThreadPoolExecutor(1) as starter:
+        reward_start = starter.submit(start_reward_group, cfg)
+        try:
+            actor, critic = start_actor_groups(cfg, model_path, critic_path)
+        except BaseException:
+            with suppress(Exception):  # the actor ranks' error is the one to report
+                reward_start.result().shutdown()
+            raise
+        try:
+            return actor, critic, reward_start.result()
+        except BaseException:
+            actor.shutdown()
+            raise
+
+
+def start_actor_groups(
+    cfg: RunConfig, model_path: str, critic_path: str | None
+) -> tuple[WorkerGroup, WorkerGroup | None]:
     threads = cfg.trainer.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.world_size)
     pool = ResourcePool(cfg.trainer.nnodes, cfg.trainer.devices_per_node, use_gpu=uses_gpu(cfg))
     env = {"OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
@@ -398,17 +419,24 @@ def start_workers(
         roles["critic"] = (CriticWorker, {"config": cfg, "model_path": critic_path, "threads": threads})
     groups = colocate(pool, roles, name="actor", env=env)
     actor, critic = groups["actor_rollout"], groups.get("critic")
-    actor.init_model()
-    if critic is not None:
-        critic.init_model()
-    rewards = WorkerGroup(
+    try:
+        actor.init_model()
+        if critic is not None:
+            critic.init_model()
+    except BaseException:
+        actor.shutdown()  # colocated roles share the actors: this ends the critic too
+        raise
+    return actor, critic
+
+
+def start_reward_group(cfg: RunConfig) -> WorkerGroup:
+    return WorkerGroup(
         ResourcePool(1, 1, use_gpu=False),
         RewardWorker,
         init_kwargs={"config": cfg.reward},
         name="reward",
         env={"OMP_NUM_THREADS": "1"},
     )
-    return actor, critic, rewards
 
 
 def build_trainer(
