@@ -34,6 +34,11 @@ tiny-vllm:
 bench-rollout *args:
     {{bin}}/python bench/bench_rollout.py "$@"
 
+# Seconds per RL step, or1 against TRL's GRPOTrainer on the tiny world (matched settings, interleaved runs; TRL goes
+# into .venv-bench on first use, never into .venv). Needs tiny/model and tiny/data (`just tiny` makes them).
+bench *args:
+    {{bin}}/python bench/rl_step.py "$@"
+
 # `just tiny`, then stages 1 and 2 evaluated like base and final, and the figures: runs/tiny/report.md, plots/.
 repro: tiny
     for s in 1 2; do {{bin}}/or1 eval tiny/data/validation.parquet --model runs/tiny/stage$s/final --n 4 --temperature 1.0 --max-tokens 96 --out runs/tiny/eval/stage$s; done

@@ -1,0 +1,31 @@
+"""`or1 train` starts Ray while a thread imports torch and the trainer: the modules the command line loads before
+that must stay light (no torch, transformers or vLLM; Ray only where Ray is started)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+HEAVY = ("torch", "transformers", "vllm", "pandas", "matplotlib", "datasets")
+
+
+def imported_after(statement: str) -> set[str]:
+    code = f"import sys; {statement}; print(' '.join(sorted(m for m in sys.modules if '.' not in m)))"
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    return set(done.stdout.split())
+
+
+def test_the_command_line_imports_neither_torch_nor_ray():
+    loaded = imported_after("import or1.cli")
+    assert not loaded & {*HEAVY, "ray"}, loaded & {*HEAVY, "ray"}
+
+
+def test_starting_ray_imports_ray_without_torch():
+    loaded = imported_after("import or1.cli, or1.hybrid.cluster")
+    assert "ray" in loaded
+    assert not loaded & set(HEAVY), loaded & set(HEAVY)
+
+
+def test_the_package_names_still_load_on_use():
+    loaded = imported_after("from or1.hybrid import Batch, WorkerGroup")
+    assert "torch" in loaded and "ray" in loaded
