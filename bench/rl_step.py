@@ -424,21 +424,19 @@ def scaling(args: argparse.Namespace, base: Settings, work: Path, python: Path |
     """or1's (and with --trl-scaling TRL's) median s/step as n and the response budget double."""
     points = [("n", n, Settings(**{**asdict(base), "n": n})) for n in (4, 8, 16)]
     points += [("budget", t, Settings(**{**asdict(base), "max_tokens": t})) for t in (24, 48, 96)]
-    rows = []
+    rows, cells_of = [], {}  # the base point (n 8, budget 48) is on both lines: run once
     for i, (what, value, s) in enumerate(points):
-        # no validation here: only step times are read
-        o = run_or1(s, args.scaling_steps, work / f"scale-{i}", extra=["data.validation.sets=[]"])
-        cells = [
-            what,
-            value,
-            f"{o.median(args.warmup):.2f}",
-            f"{model_share(phase_shares(o, args.warmup), o.median(args.warmup)):.0%}",
-        ]
-        if python is not None:
-            t = run_trl(s, args.scaling_steps, work / f"scale-trl-{i}", python)
-            cells += [f"{t.median(args.warmup):.2f}"]
-        rows.append([*cells, o.load])
-        print(f"  {what}={value}: or1 {cells[2]} s/step", flush=True)
+        if (s.n, s.max_tokens) not in cells_of:
+            # no validation here: only step times are read
+            o = run_or1(s, args.scaling_steps, work / f"scale-{i}", extra=["data.validation.sets=[]"])
+            step = o.median(args.warmup)
+            cells = [f"{step:.2f}", f"{model_share(phase_shares(o, args.warmup), step):.0%}"]
+            if python is not None:
+                t = run_trl(s, args.scaling_steps, work / f"scale-trl-{i}", python)
+                cells += [f"{t.median(args.warmup):.2f}"]
+            cells_of[s.n, s.max_tokens] = [*cells, o.load]
+            print(f"  {what}={value}: or1 {cells[0]} s/step", flush=True)
+        rows.append([what, value, *cells_of[s.n, s.max_tokens]])
     header = ["varied", "value", "or1 s/step", "or1 model share"]
     header += ["TRL s/step"] if python is not None else []
     return table([*header, "load"], rows)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import importlib.util
 import json
 import sys
@@ -80,3 +81,23 @@ def test_settings_reach_or1_as_overrides(rl_step):
     assert (
         "actor.ppo_mini_batch_size=16" in overrides
     )  # one optimizer step per batch, as TRL's num_iterations 1
+
+
+def test_scaling_doubles_n_and_the_budget_and_tables_or1(rl_step, monkeypatch, tmp_path):
+    seen = []
+
+    def fake_or1(settings, steps, run_dir, extra=()):
+        seen.append((settings.n, settings.max_tokens, steps, tuple(extra)))
+        step = settings.n * settings.max_tokens / 384  # 1.0 s at the base point (8 x 48)
+        return rl_step.RunResult(
+            "or1", [step] * steps, 10.0, {"generate": [step / 2] * steps}, load="1.0 1.0 1.0"
+        )
+
+    monkeypatch.setattr(rl_step, "run_or1", fake_or1)
+    args = argparse.Namespace(scaling_steps=4, warmup=1)
+    out = rl_step.scaling(args, rl_step.Settings(), tmp_path, python=None)
+    assert [(n, t) for n, t, _, _ in seen] == [(4, 48), (8, 48), (16, 48), (8, 24), (8, 96)]  # base once
+    assert all(steps == 4 and extra == ("data.validation.sets=[]",) for _, _, steps, extra in seen)
+    assert "| n | 16 | 2.00 | 50% | 1.0 1.0 1.0 |" in out
+    assert "| budget | 24 | 0.50 | 50% | 1.0 1.0 1.0 |" in out
+    assert out.count("| 1.00 | 50% |") == 2  # the base point on both lines
