@@ -406,6 +406,7 @@ def start_workers(
 def start_actor_groups(
     cfg: RunConfig, model_path: str, critic_path: str | None
 ) -> tuple[WorkerGroup, WorkerGroup | None]:
+    """The actor/rollout(/ref) ranks with the critic colocated (GAE), models loaded; shut down if loading fails."""
     threads = cfg.trainer.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.world_size)
     pool = ResourcePool(cfg.trainer.nnodes, cfg.trainer.devices_per_node, use_gpu=uses_gpu(cfg))
     env = {"OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
@@ -430,6 +431,7 @@ def start_actor_groups(
 
 
 def start_reward_group(cfg: RunConfig) -> WorkerGroup:
+    """The reward rank: the verifiers' front-end in its own process."""
     return WorkerGroup(
         ResourcePool(1, 1, use_gpu=False),
         RewardWorker,
