@@ -63,6 +63,7 @@ def ray_session() -> Iterator[object]:
     ray = pytest.importorskip("ray")
     src = str(Path(__import__("or1").__file__).resolve().parents[1])
     ray.init(
+        address="local",  # a cluster of its own, never one another process left running
         num_cpus=2,
         include_dashboard=False,
         runtime_env={"env_vars": {"PYTHONPATH": src}},
