@@ -44,7 +44,7 @@ if ! curl -sf --unix-socket "$SOCK" http://d/_ping >/dev/null 2>&1; then
   # --time=0: never exit on idle; setsid+nohup: survive the CI step's shell; started from / because it outlives the
   # checkout it was started from, and with a deleted working directory every container start fails ("write child:
   # broken pipe").
-  (cd / && setsid nohup podman system service --time=0 "unix://$SOCK" >/var/log/or1-podman-service.log 2>&1 < /dev/null &)
+  (cd / && exec setsid nohup podman system service --time=0 "unix://$SOCK") >/var/log/or1-podman-service.log 2>&1 </dev/null &
   for _ in $(seq 1 100); do
     curl -sf --unix-socket "$SOCK" http://d/_ping >/dev/null 2>&1 && break
     sleep 0.1
