@@ -77,6 +77,10 @@ class Settings:
             f"actor.grad_clip={self.grad_clip}",
             f"rollout.temperature={self.temperature}",
             f"trainer.seed={self.seed}",
+            # the entropy control TRL is given, so the two cannot drift apart when the recipe changes
+            f"algorithm.entropy.target={self.entropy_target}",
+            f"algorithm.entropy.delta={self.entropy_delta}",
+            f"algorithm.entropy.max_coef={self.entropy_max_coef}",
         ]
 
     def describe(self) -> str:

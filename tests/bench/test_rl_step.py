@@ -81,6 +81,7 @@ def test_settings_reach_or1_as_overrides(rl_step):
     assert (
         "actor.ppo_mini_batch_size=16" in overrides
     )  # one optimizer step per batch, as TRL's num_iterations 1
+    assert "algorithm.entropy.target=0.09" in overrides  # the entropy control TRL gets
 
 
 def test_scaling_doubles_n_and_the_budget_and_tables_or1(rl_step, monkeypatch, tmp_path):
