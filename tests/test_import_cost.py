@@ -1,5 +1,6 @@
 """`or1 train` starts Ray while a thread imports torch and the trainer: the modules the command line loads before
-that must stay light (no torch, transformers or vLLM; Ray only where Ray is started)."""
+that must stay light (no torch, transformers or vLLM; Ray only where Ray is started), and the trainer (the
+controller) must not load what only the rank processes use: transformers' model classes and FSDP (seconds)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,9 @@ import sys
 HEAVY = ("torch", "transformers", "vllm", "pandas", "matplotlib", "datasets")
 
 
-def imported_after(statement: str) -> set[str]:
-    code = f"import sys; {statement}; print(' '.join(sorted(m for m in sys.modules if '.' not in m)))"
+def imported_after(statement: str, top_level: bool = True) -> set[str]:
+    names = "(m for m in sys.modules if '.' not in m)" if top_level else "sys.modules"
+    code = f"import sys; {statement}; print(' '.join(sorted({names})))"
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     return set(done.stdout.split())
 
@@ -29,3 +31,10 @@ def test_starting_ray_imports_ray_without_torch():
 def test_the_package_names_still_load_on_use():
     loaded = imported_after("from or1.hybrid import Batch, WorkerGroup")
     assert "torch" in loaded and "ray" in loaded
+
+
+def test_the_controller_leaves_the_model_classes_to_the_ranks():
+    loaded = imported_after("import or1.trainer.run", top_level=False)
+    assert "torch" in loaded and "ray" in loaded
+    rank_only = {"transformers.modeling_utils", "torch.distributed.fsdp", "or1.engines.fsdp"}
+    assert not loaded & rank_only, loaded & rank_only

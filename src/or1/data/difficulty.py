@@ -18,7 +18,6 @@ from pathlib import Path
 from typing import Any
 
 from or1.data.records import prompt_key
-from or1.errors import UserError
 
 CACHE_FILE = "difficulty_cache.jsonl"
 
@@ -46,17 +45,21 @@ class Grader:
         micro_batch_size: int = 128,
     ):
         self.sampling, self.reward_workers = sampling, reward_workers
-        self.tokenizer = _tokenizer(model_path)
-        self.engine, self.params_type = _load_engine(engine, model_path, micro_batch_size)
+        from or1.engines.loading import load_tokenizer
+        from or1.engines.rollout import load_rollout_engine
+
+        self.tokenizer = load_tokenizer(model_path)
+        self.engine = load_rollout_engine(engine, model_path, micro_batch_size=micro_batch_size)
 
     def grade(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         """{"solved": count per row, "node": where this ran}; the chunk's seed derives from its first prompt."""
+        from or1.engines.rollout import SamplingParams
         from or1.rewards.score import score_batch
         from or1.trainer.data import encode_prompt
 
         s = self.sampling
         seed = (int(prompt_key(rows[0]), 16) + s.seed) % 2**31
-        params = self.params_type(
+        params = SamplingParams(
             n=s.n, temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=seed
         )
         generations = self.engine.generate_ids(
@@ -82,38 +85,6 @@ def _node_id() -> str:
     except ImportError:
         pass
     return "local"
-
-
-def _tokenizer(model_path: str) -> Any:
-    try:
-        from or1.engines.loading import load_tokenizer
-    except ImportError:  # older checkouts kept the loaders in or1.models
-        from or1.models.loading import load_tokenizer
-    return load_tokenizer(model_path)
-
-
-def _load_engine(kind: str, model_path: str, micro_batch_size: int) -> tuple[Any, type]:
-    """The rollout engine for `kind` (hf or vllm) and its SamplingParams type."""
-    try:  # the common engine interface
-        from or1.engines.rollout import SamplingParams, load_rollout_engine
-    except ImportError:
-        load_rollout_engine = None
-    if load_rollout_engine is not None:
-        engine = load_rollout_engine(kind, model_path, micro_batch_size=micro_batch_size)
-        return engine, SamplingParams
-    if kind != "hf":
-        raise UserError(f"difficulty engine {kind!r} is not available in this install; use engine: hf.")
-    import torch
-
-    from or1.engines.hf_rollout import HFRolloutEngine, SamplingParams
-    from or1.models.loading import load_causal_lm
-
-    gpu = torch.cuda.is_available()
-    model = load_causal_lm(model_path, torch.bfloat16 if gpu else torch.float32)
-    engine = HFRolloutEngine(
-        model.to("cuda") if gpu else model, _tokenizer(model_path), micro_batch_size=micro_batch_size
-    )
-    return engine, SamplingParams
 
 
 def read_cache(path: Path, model: str) -> dict[str, int]:

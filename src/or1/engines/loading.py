@@ -1,23 +1,21 @@
-"""Load a tokenizer, causal LM or value model from a local folder or hub id, the same way everywhere in or1."""
+"""Load a tokenizer, causal LM or value model from a local folder or hub id, the same way everywhere in or1.
+
+transformers is imported where it is used: its Auto classes pull in the modeling stack (torch.distributed,
+dynamo: seconds of CPU), which the controller, which only tokenizes, never needs.
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 from pathlib import Path
-
-import torch
-from transformers import (
-    AutoConfig,
-    AutoModelForCausalLM,
-    AutoModelForTokenClassification,
-    AutoTokenizer,
-    PreTrainedModel,
-    PreTrainedTokenizerBase,
-    PreTrainedTokenizerFast,
-)
+from typing import TYPE_CHECKING
 
 from or1.errors import UserError
+
+if TYPE_CHECKING:
+    import torch
+    from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 OR1_TINY_MARKER = "or1_tiny"  # key in config.json that init_tiny_model writes
 
@@ -37,6 +35,8 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
     Qwen2's own pre-tokenizer regex when AutoTokenizer sees a qwen2 config beside it, which is not the split the
     tiny model was trained on.
     """
+    from transformers import AutoTokenizer, PreTrainedTokenizerFast
+
     folder = Path(path)
     if is_or1_tiny(folder):
         if not (folder / "tokenizer.json").is_file():
@@ -48,8 +48,12 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
         raise UserError(f"Cannot load a tokenizer from {path}: {err}") from None
 
 
-def load_causal_lm(path: str | Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
-    """A causal LM from a model folder or hub id, in `dtype`, in eval mode."""
+def load_causal_lm(path: str | Path, dtype: torch.dtype | None = None) -> PreTrainedModel:
+    """A causal LM from a model folder or hub id, in `dtype` (default float32), in eval mode."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    dtype = dtype or torch.float32
     try:
         model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
     except OSError as err:
@@ -57,12 +61,16 @@ def load_causal_lm(path: str | Path, dtype: torch.dtype = torch.float32) -> PreT
     return model.eval()
 
 
-def load_value_model(path: str | Path, dtype: torch.dtype = torch.float32) -> PreTrainedModel:
+def load_value_model(path: str | Path, dtype: torch.dtype | None = None) -> PreTrainedModel:
     """A critic: the model's transformer with a one-output token head (new when `path` is a causal LM), no dropout.
 
     From a causal LM folder the LM head is dropped and the value head initialised from the global torch RNG, so seed
-    it identically on every rank; from a folder a critic saved, everything loads as saved.
+    it identically on every rank; from a folder a critic saved, everything loads as saved. `dtype`: float32 default.
     """
+    import torch
+    from transformers import AutoConfig, AutoModelForTokenClassification
+
+    dtype = dtype or torch.float32
     report = logging.getLogger("transformers.modeling_utils")  # its load report lists the new head as MISSING
     level = report.level
     try:

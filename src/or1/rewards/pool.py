@@ -146,6 +146,12 @@ class ProcessPool:
         self._slots[slot].kill()
         self._slots[slot] = self._start()
 
+    def start(self) -> None:
+        """Start the worker processes now (they also start on the first map): their imports and warm-up then run
+        in the background while the caller goes on."""
+        with self._lock:
+            self._ensure_workers()
+
     def _ensure_workers(self) -> None:
         if (
             self._pid != os.getpid()

@@ -10,15 +10,17 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from transformers import PreTrainedTokenizerBase
 
 from or1.data.records import prompt_key
 from or1.data.schema import read_rows
 from or1.errors import UserError
 from or1.hybrid.batch import Batch
+
+if TYPE_CHECKING:
+    from transformers import PreTrainedTokenizerBase
 
 
 def read_prompt_rows(path: str | Path) -> list[dict[str, Any]]:

@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -34,7 +36,7 @@ from or1.trainer.data import PromptLoader, prompt_key, read_prompt_rows
 from or1.trainer.loop import Trainer, restore, train
 from or1.trainer.metrics import METRICS_FILE, MetricsLogger
 from or1.trainer.summary import stage_summary, summary_lines, write_summary
-from or1.trainer.validation import load_validation_sets
+from or1.trainer.validation import ValidationSet, load_validation_sets
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 from or1.workers.critic import CriticWorker
 from or1.workers.reward import RewardWorker
@@ -248,10 +250,19 @@ def train_in_session(
     stop = stop or StopFlag()
     with ray_session(ray_address, num_cpus=local_cpus(cfg.world_size)):  # joins the CLI's Ray when it runs
         stop.install()  # ray.init replaced the SIGTERM handler with one that exits mid-call
-        actor, critic, rewards = start_workers(cfg, model_path, critic_path)
+        with ThreadPoolExecutor(1) as starter:
+            # The ranks import their libraries and load the model (seconds) while this process reads the prompts.
+            starting = starter.submit(start_workers, cfg, model_path, critic_path)
+            try:
+                keep, dropped = filtered_prompts(cfg, stage_dir, console)
+                data = load_stage_data(cfg, model_path, keep, console)
+            except BaseException:
+                with suppress(Exception):  # the data's error is the one to report
+                    shut_down(starting.result())
+                raise
+            actor, critic, rewards = starting.result()
         try:
-            keep, dropped = filtered_prompts(cfg, stage_dir, console)
-            trainer = build_trainer(cfg, stage_dir, model_path, keep, actor, critic, rewards, console)
+            trainer = build_trainer(cfg, stage_dir, data, actor, critic, rewards, console)
             trainer.stop = stop
             trainer.checkpoints.sweep_partial()
             latest = trainer.checkpoints.latest() if resume == "auto" else None
@@ -273,9 +284,15 @@ def train_in_session(
             if critic is not None:
                 critic.export_model(str(stage_dir / FINAL_CRITIC_DIR))
         finally:
-            actor.shutdown()
-            rewards.shutdown()
+            shut_down((actor, rewards))
     return trainer, dropped
+
+
+def shut_down(groups: Iterable[WorkerGroup | None]) -> None:
+    """Stop worker groups (None: a role not started); colocated roles go with the actor group."""
+    for group in groups:
+        if group is not None:
+            group.shutdown()
 
 
 def run_all_stages(
@@ -441,17 +458,16 @@ def start_reward_group(cfg: RunConfig) -> WorkerGroup:
     )
 
 
-def build_trainer(
-    cfg: RunConfig,
-    stage_dir: Path,
-    model_path: str,
-    keep: set[str] | None,
-    actor: WorkerGroup,
-    critic: WorkerGroup | None,
-    rewards: WorkerGroup,
-    console: Console,
-) -> Trainer:
-    """The stage's trainer over the prompts in `keep` (None: every prompt of data.train_files)."""
+@dataclass
+class StageData:
+    """What a stage trains and validates on, read while the workers start."""
+
+    loader: PromptLoader
+    validation: list[ValidationSet]
+
+
+def load_stage_data(cfg: RunConfig, model_path: str, keep: set[str] | None, console: Console) -> StageData:
+    """The training prompts in `keep` (None: every prompt of data.train_files) and the validation sets, tokenized."""
     tokenizer = load_tokenizer(model_path)
     loader = PromptLoader(
         cfg.data.train_files,
@@ -464,12 +480,25 @@ def build_trainer(
     )
     if loader.too_long:
         console.print(f"dropped {loader.too_long} prompts longer than {cfg.data.max_prompt_length} tokens")
+    return StageData(loader, load_validation_sets(cfg, tokenizer))
+
+
+def build_trainer(
+    cfg: RunConfig,
+    stage_dir: Path,
+    data: StageData,
+    actor: WorkerGroup,
+    critic: WorkerGroup | None,
+    rewards: WorkerGroup,
+    console: Console,
+) -> Trainer:
+    """The stage's trainer over `data` with the started worker groups."""
     return Trainer(
         cfg=cfg,
         actor=actor,
         critic=critic,
         rewards=rewards,
-        loader=loader,
+        loader=data.loader,
         entropy=AdaptiveEntropyController.from_config(cfg.algorithm.entropy),
         checkpoints=CheckpointManager(stage_dir, cfg.trainer.keep_checkpoints),
         logger=MetricsLogger(
@@ -480,7 +509,7 @@ def build_trainer(
             wandb_project=cfg.trainer.wandb_project,
             wandb_run_name=cfg.trainer.wandb_run_name or f"{cfg.recipe}-stage{cfg.stage.index}",
         ),
-        validation=load_validation_sets(cfg, tokenizer),
+        validation=data.validation,
     )
 
 

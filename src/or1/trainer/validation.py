@@ -41,6 +41,7 @@ def load_validation_sets(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> 
                 f"data.validation.sets: {spec} has no prompt within data.max_prompt_length="
                 f"{cfg.data.max_prompt_length} tokens"
             )
+        kept = [kept[i] for i in dealt([len(ids) for _, ids in kept], cfg.world_size)]
         columns = {
             "prompt_ids": [ids for _, ids in kept],
             "uid": [f"val-{i}" for i in range(len(kept))],
@@ -49,6 +50,17 @@ def load_validation_sets(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> 
         }
         sets.append(ValidationSet(data.name, Batch.from_dict(columns), len(encoded) - len(kept)))
     return sets
+
+
+def dealt(lengths: list[int], parts: int) -> list[int]:
+    """An order of the rows that deals them, shortest first, round-robin into `parts` consecutive shares.
+
+    The actor group splits a batch into contiguous equal shares, one per rank; a set ordered by difficulty (as
+    benchmark files often are) would give one rank all the long problems while the others wait. Dealt by prompt
+    length, every rank gets a like mix, and its own rows come sorted by length (micro-batches of like lengths).
+    """
+    order = sorted(range(len(lengths)), key=lengths.__getitem__)
+    return [i for part in range(parts) for i in order[part::parts]]
 
 
 def validate(

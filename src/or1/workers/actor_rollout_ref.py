@@ -31,7 +31,6 @@ import torch.distributed as dist
 
 from or1.algos.losses import LossConfig
 from or1.config.schema import RunConfig
-from or1.engines.fsdp import DTYPES, FSDPTrainEngine, TrainSettings
 from or1.engines.loading import load_causal_lm, load_tokenizer
 from or1.engines.rollout import RolloutEngine, SamplingParams, pad_id_of, stop_ids_of
 from or1.hybrid.batch import Batch
@@ -56,6 +55,10 @@ class ActorRolloutRefWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self) -> dict[str, Any]:
         """Load tokenizer, FSDP2 actor, the rollout engine and (KL only) the reference policy."""
+        # Imported here, in the rank's process: the controller imports this class only to dispatch to it, and the
+        # training stack (FSDP2, transformers' model classes) costs seconds of CPU at start-up.
+        from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
+
         torch.manual_seed(self.cfg.trainer.seed + self.rank)
         settings = TrainSettings.from_config(self.cfg, device=str(self.device))
         self.tokenizer = load_tokenizer(self.model_path)
@@ -100,6 +103,7 @@ class ActorRolloutRefWorker(Worker):
                 cpu_kv_cache_gib=r.cpu_kv_cache_gib,
                 distributed=True,  # every rank builds its engine in this same call (ONE_TO_ALL)
             )
+        from or1.engines.fsdp import DTYPES
         from or1.engines.hf_rollout import HFRolloutEngine
 
         model = load_causal_lm(self.model_path, dtype=DTYPES[dtype]).to(self.device)

@@ -14,7 +14,6 @@ from typing import Any
 import torch
 
 from or1.config.schema import RunConfig
-from or1.engines.fsdp import FSDPCriticEngine, TrainSettings
 from or1.hybrid.batch import Batch
 from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.worker import Worker
@@ -36,6 +35,9 @@ class CriticWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self) -> dict[str, Any]:
         """Load the value model; a new value head is drawn from the same seed on every rank."""
+        # in the rank's process, as the actor's init_model does
+        from or1.engines.fsdp import FSDPCriticEngine, TrainSettings
+
         settings = TrainSettings.from_config(self.cfg, self.cfg.critic, device=str(self.device))
         with torch.random.fork_rng(
             devices=[]

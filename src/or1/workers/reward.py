@@ -14,7 +14,7 @@ from or1.config.schema import RewardConfig
 from or1.hybrid.batch import Batch
 from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.worker import Worker
-from or1.rewards.score import close_pools, score_batch
+from or1.rewards.score import close_pools, math_pool, score_batch
 
 REWARD_COLUMNS = ("ability", "response_text", "reward_model")
 
@@ -24,6 +24,9 @@ class RewardWorker(Worker):
 
     def __init__(self, config: RewardConfig):
         self.cfg = config
+        # The verifier processes import and warm up now, while the actor ranks load their models, so the first
+        # scoring (step 0's validation) does not wait for them.
+        math_pool(config.workers).start()
 
     @register(Dispatch.DP_COMPUTE)
     def compute_scores(self, batch: Batch) -> Batch:
