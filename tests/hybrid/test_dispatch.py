@@ -4,7 +4,15 @@ import pytest
 import torch
 
 from or1.hybrid.batch import Batch
-from or1.hybrid.dispatch import Dispatch, MethodSpec, collect, method_spec, register, split_call
+from or1.hybrid.dispatch import (
+    Dispatch,
+    MethodSpec,
+    balanced_order,
+    collect,
+    method_spec,
+    register,
+    split_call,
+)
 from or1.hybrid.worker import Worker
 
 
@@ -91,3 +99,18 @@ def test_register_marks_methods_and_rejects_non_dispatch_values():
     assert method_spec(Toy, "plain") is None
     with pytest.raises(TypeError, match="takes a Dispatch"):
         register("dp_compute")
+
+
+def test_balanced_order_gives_every_share_about_the_same_length_sorted():
+    # a batch ordered by length: its contiguous halves would be all short and all long
+    lengths = [10, 11, 12, 13, 30, 31, 32, 33]
+    order = balanced_order(lengths, 2)
+    assert sorted(order) == list(range(8))
+    shares = [[lengths[i] for i in order[:4]], [lengths[i] for i in order[4:]]]
+    assert shares == [[10, 13, 30, 33], [11, 12, 31, 32]]  # 86 tokens each, shortest first
+    assert balanced_order(lengths, 1) == list(range(8))
+    many = [(7 * k) % 61 + 20 for k in range(112)]
+    order = balanced_order(many, 4)
+    sums = [sum(many[i] for i in order[r * 28 : (r + 1) * 28]) for r in range(4)]
+    assert max(sums) - min(sums) <= max(many) - min(many)
+    assert all(len(order[r * 28 : (r + 1) * 28]) == 28 for r in range(4))

@@ -6,7 +6,7 @@ import pandas as pd
 
 from or1.config.loading import resolve
 from or1.trainer.metrics import progress_line
-from or1.trainer.validation import dealt, is_due, load_validation_sets
+from or1.trainer.validation import is_due, load_validation_sets
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 
@@ -37,17 +37,6 @@ def test_validation_sets_are_encoded_and_capped(tmp_path, tiny_model_dir):
     (vset,) = load_validation_sets(cfg, load_tokenizer(tiny_model_dir))
     assert vset.name == "val" and len(vset.prompts) == 2 and vset.too_long == 1
     assert list(vset.prompts["ability"]) == ["math", "math"]
-
-
-def test_validation_rows_are_dealt_evenly_to_the_ranks():
-    # a set ordered by difficulty: the contiguous halves the actor group gives its two ranks would be all short and
-    # all long; dealt, each rank gets every other length, its own rows shortest first
-    lengths = [10, 11, 12, 13, 30, 31, 32, 33]
-    order = dealt(lengths, 2)
-    assert sorted(order) == list(range(8))
-    shares = [[lengths[i] for i in order[:4]], [lengths[i] for i in order[4:]]]
-    assert shares == [[10, 12, 30, 32], [11, 13, 31, 33]]
-    assert dealt(lengths, 1) == list(range(8))
 
 
 def test_progress_line_shows_validation():

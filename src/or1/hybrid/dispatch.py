@@ -7,7 +7,7 @@ Both functions are pure (no Ray), so they are tested on their own.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, TypeVar
@@ -103,6 +103,22 @@ def _split_all_to_all(world_size: int, args: tuple[Any, ...], kwargs: dict[str, 
     return Split(
         [Call(tuple(a[r] for a in args), {k: v[r] for k, v in kwargs.items()}) for r in range(world_size)]
     )
+
+
+def balanced_order(lengths: Sequence[int], parts: int) -> list[int]:
+    """An order of rows whose `parts` contiguous equal shares (how DP_COMPUTE splits a Batch) carry about equal
+    lengths, each share's rows shortest first.
+
+    Rows are dealt longest first in snake order (0, 1, .., p-1, p-1, .., 0, ...), so no rank waits on one that got
+    the long sequences; sorted shares make micro-batches of like lengths (less padding). Counts stay equal when
+    len(lengths) is a multiple of `parts`.
+    """
+    by_length = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    shares: list[list[int]] = [[] for _ in range(parts)]
+    for k, row in enumerate(by_length):
+        turn, lap = k % parts, (k // parts) % 2
+        shares[parts - 1 - turn if lap else turn].append(row)
+    return [row for share in shares for row in reversed(share)]
 
 
 def _split_dp(world_size: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Split:

@@ -15,6 +15,7 @@ from or1.config.schema import RunConfig
 from or1.errors import UserError
 from or1.eval.benchmarks import load_benchmark
 from or1.hybrid.batch import Batch
+from or1.hybrid.dispatch import balanced_order
 from or1.hybrid.worker_group import WorkerGroup
 from or1.trainer.data import encode_prompt
 from or1.workers.reward import REWARD_COLUMNS
@@ -41,7 +42,8 @@ def load_validation_sets(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> 
                 f"data.validation.sets: {spec} has no prompt within data.max_prompt_length="
                 f"{cfg.data.max_prompt_length} tokens"
             )
-        kept = [kept[i] for i in dealt([len(ids) for _, ids in kept], cfg.world_size)]
+        # A set ordered by difficulty (as benchmark files often are) would give one rank all the long problems.
+        kept = [kept[i] for i in balanced_order([len(ids) for _, ids in kept], cfg.world_size)]
         columns = {
             "prompt_ids": [ids for _, ids in kept],
             "uid": [f"val-{i}" for i in range(len(kept))],
@@ -50,17 +52,6 @@ def load_validation_sets(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> 
         }
         sets.append(ValidationSet(data.name, Batch.from_dict(columns), len(encoded) - len(kept)))
     return sets
-
-
-def dealt(lengths: list[int], parts: int) -> list[int]:
-    """An order of the rows that deals them, shortest first, round-robin into `parts` consecutive shares.
-
-    The actor group splits a batch into contiguous equal shares, one per rank; a set ordered by difficulty (as
-    benchmark files often are) would give one rank all the long problems while the others wait. Dealt by prompt
-    length, every rank gets a like mix, and its own rows come sorted by length (micro-batches of like lengths).
-    """
-    order = sorted(range(len(lengths)), key=lengths.__getitem__)
-    return [i for part in range(parts) for i in order[part::parts]]
 
 
 def validate(
