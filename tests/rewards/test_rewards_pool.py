@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import operator
 import os
 import threading
@@ -70,3 +71,12 @@ def test_memory_bomb_is_an_error_not_a_dead_machine() -> None:
     with ProcessPool(1, memory_mb=1024) as pool:
         outcome = pool.map(bytearray, [(8 * 2**30,)], timeout=10.0)[0]
     assert outcome.status == ERROR and "MemoryError" in outcome.error
+
+
+def test_start_warms_the_workers_up_before_the_first_task() -> None:
+    with ProcessPool(1, memory_mb=None, warmup=functools.partial(time.sleep, 1.5)) as pool:
+        pool.start()  # returns at once; the worker imports and warms up in the background
+        time.sleep(2.5)
+        begun = time.monotonic()
+        assert pool.map(operator.neg, [(4,)], timeout=5.0)[0].value == -4
+        assert time.monotonic() - begun < 1.0  # a cold worker would first sleep 1.5 s
