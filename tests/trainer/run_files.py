@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import time
 from pathlib import Path
 
 from safetensors.torch import load_file
@@ -24,3 +26,14 @@ def assert_same_weights(a: dict, b: dict) -> None:
     assert a.keys() == b.keys()
     for name in a:
         assert (a[name] == b[name]).all(), name
+
+
+def wait_for_checkpoint(proc: subprocess.Popen, run_dir: Path, step: int, timeout: float) -> None:
+    """Poll until the running `or1 train` of `run_dir` has committed stage 1's checkpoint of `step`."""
+    from or1.trainer.checkpoint import LATEST_FILE
+
+    latest, deadline = run_dir / "stage1" / "checkpoints" / LATEST_FILE, time.monotonic() + timeout
+    while not (latest.is_file() and latest.read_text().strip() == f"step_{step}"):
+        assert proc.poll() is None, f"the run ended before step {step}'s checkpoint"
+        assert time.monotonic() < deadline, f"no checkpoint of step {step} within {timeout:.0f} s"
+        time.sleep(0.02)

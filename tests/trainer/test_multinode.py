@@ -11,20 +11,19 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import ray
 import torch
 from ray.cluster_utils import Cluster
-from run_files import assert_same_weights, metrics, weights
+from run_files import assert_same_weights, metrics, wait_for_checkpoint, weights
 
 from or1.errors import UserError
 from or1.hybrid import ResourcePool, WorkerGroup, ray_session
 from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.worker import Worker
-from or1.trainer.checkpoint import LATEST_FILE, check_visible
+from or1.trainer.checkpoint import check_visible
 
 pytestmark = pytest.mark.multinode
 
@@ -149,14 +148,8 @@ def test_a_lost_worker_node_goes_through_the_restart_path(
         stderr=subprocess.STDOUT,
         text=True,
     )
-    latest = run_dir / "stage1" / "checkpoints" / LATEST_FILE
-    deadline = time.monotonic() + 400
     try:
-        while not (latest.is_file() and latest.read_text().strip() == "step_1"):
-            assert proc.poll() is None and time.monotonic() < deadline, (
-                "the run ended before step 1's checkpoint"
-            )
-            time.sleep(0.05)
+        wait_for_checkpoint(proc, run_dir, 1, timeout=400)
         c.remove_node(worker_node, allow_graceful=False)  # as a machine that loses power
         c.add_node(num_cpus=WORKER_CPUS)  # its replacement joins
         out, _ = proc.communicate(timeout=600)

@@ -8,10 +8,9 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
-from or1.trainer.checkpoint import LATEST_FILE
+from run_files import wait_for_checkpoint
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 STEPS = 3
@@ -82,14 +81,8 @@ def test_a_killed_rank_is_restarted_from_the_latest_checkpoint(
         text=True,
         start_new_session=True,
     )
-    latest = crashed / "stage1" / "checkpoints" / LATEST_FILE
-    deadline = time.monotonic() + 300
     try:
-        while not (latest.is_file() and latest.read_text().strip() == "step_1"):
-            assert proc.poll() is None and time.monotonic() < deadline, (
-                "the run ended before step 1's checkpoint"
-            )
-            time.sleep(0.01)
+        wait_for_checkpoint(proc, crashed, 1, timeout=300)
         victims = rank_actor_pids(proc.pid)
         assert len(victims) == 3, victims  # two data-parallel actor ranks and the reward worker
         os.kill(min(victims), signal.SIGKILL)  # the first spawned: actor rank 0
