@@ -12,7 +12,8 @@ default:
 setup:
     bash scripts/setup.sh
 
-# Resumable: rerun it after an interruption. Validation is avg@4 at T=1.0 on the fixed 200-problem split.
+# Resumable: rerun it after an interruption. In-training validation is avg@5 (the recipe), base and final are
+# evaluated avg@4, both at T=1.0 on the fixed 200-problem split.
 # The main job, the tiny reproduction on CPU: base model, data, the three stages of stages/tiny.yaml, validation.
 tiny:
     [ -f tiny/model/config.json ] || {{bin}}/or1 init-model --preset tiny --out tiny/model
