@@ -19,6 +19,7 @@ from or1.engines.fsdp import (
     FSDPCriticEngine,
     FSDPTrainEngine,
     TrainSettings,
+    pack_rows,
     packed_window,
     padded_window,
     token_budget_slices,
@@ -27,29 +28,49 @@ from or1.engines.loading import load_causal_lm
 from or1.hybrid.batch import Batch
 
 
+@pytest.mark.parametrize("one_row", [False, True])
 @pytest.mark.parametrize("attention", ["sdpa", "eager"])
-def test_packed_sequences_attend_only_to_themselves(model_dir: Path, attention: str) -> None:
+def test_packed_sequences_attend_only_to_themselves(model_dir: Path, attention: str, one_row: bool) -> None:
     model = load_causal_lm(model_dir)
     model.set_attn_implementation(attention)
     model.eval()
-    micro = make_batch(6).tensors
-    window = packed_window(micro)
-    assert window.inputs["input_ids"].shape == (1, int(micro["attention_mask"].sum()))
+    micro = make_batch(12).tensors
+    window = packed_window(micro, one_row=one_row)
+    lengths = micro["attention_mask"].sum(-1)
+    ids = window.inputs["input_ids"]
+    if one_row:
+        assert ids.shape == (1, int(lengths.sum()))
+    else:  # several sequences share a row, and the rows hold hardly more positions than there are tokens
+        assert 1 < ids.shape[0] < 12 and ids.shape[1] >= int(lengths.max())
+        assert ids.numel() < 1.25 * int(lengths.sum())
     with torch.no_grad():
         # without use_cache=False a cache is made and transformers no longer reads sequences from position ids
-        packed = model(**window.inputs, use_cache=False).logits[0]
-        # the same packed row read as one long sequence: later rows then see earlier ones
-        one_sequence = torch.arange(packed.shape[0])[None]
-        leaky = model(input_ids=window.inputs["input_ids"], position_ids=one_sequence).logits[0]
-        start = 0
-        for i in range(6):  # each row alone, no padding: the reference
-            mask = micro["attention_mask"][i].bool()
-            alone = model(input_ids=micro["input_ids"][i][mask][None]).logits[0]
-            end = start + alone.shape[0]
-            torch.testing.assert_close(packed[start:end], alone, atol=1e-5, rtol=1e-5)
-            if i > 0:
-                assert not torch.allclose(leaky[start:end], alone, atol=1e-3)
-            start = end
+        packed = window.picked(model(**window.inputs, use_cache=False).logits)[0]
+        # the same rows read as one long sequence each: later sequences then see earlier ones
+        one_sequence = torch.arange(ids.shape[1]).expand_as(ids)
+        leaky = window.picked(model(input_ids=ids, position_ids=one_sequence).logits)[0]
+    start = 0
+    for i in range(12):  # each row alone, no padding: the reference, at the positions before its responses
+        mask = micro["attention_mask"][i].bool()
+        responses = int(window.real[i].sum())
+        with torch.no_grad():
+            alone = model(input_ids=micro["input_ids"][i][mask][None]).logits[0, -responses - 1 : -1]
+        end = start + responses
+        torch.testing.assert_close(packed[start:end], alone, atol=1e-5, rtol=1e-5)
+        start = end
+    assert not torch.allclose(leaky, packed, atol=1e-3)
+
+
+def test_pack_rows_fills_rows_first_fit_decreasing() -> None:
+    width, rows = pack_rows([5, 3, 5, 2])
+    # widths 5 .. 10: at 5 three rows (15 positions), at 8 two (16), at 10 two (20): the fewest positions win
+    assert width == 5 and rows == [[0], [2], [1, 3]]
+    width, rows = pack_rows([4, 4, 4, 4])
+    assert width == 4 and len(rows) == 4  # no gain from wider rows: the narrowest of equals
+    width, rows = pack_rows([8, 2, 2, 2, 2, 2, 2, 2, 2])  # a perfect fit at the longest's width
+    assert width == 8 and rows == [[0], [1, 2, 3, 4], [5, 6, 7, 8]]
+    assert pack_rows([5, 4, 3]) == (7, [[0], [1, 2]])  # 14 positions; 15 at width 5, 16 at 8
+    assert pack_rows([7]) == (7, [[0]])
 
 
 def test_packed_and_padded_windows_score_the_same_response_tokens(model_dir: Path) -> None:
@@ -60,7 +81,9 @@ def test_packed_and_padded_windows_score_the_same_response_tokens(model_dir: Pat
         outputs = {}
         for name, make in (("packed", packed_window), ("padded", padded_window)):
             window = make(micro)
-            logits = window.kept(model(**window.inputs, use_cache=False, logits_to_keep=window.keep).logits)
+            logits = window.kept(
+                model(**window.inputs, use_cache=False, logits_to_keep=window.logits_to_keep).logits
+            )
             # the logit of each target token, back in the [b, R] layout
             outputs[name] = window.scatter(logits.gather(-1, window.targets[..., None])[..., 0])
             all_positions = model(

@@ -102,10 +102,9 @@ class OptimConfig(Section):
     )
     remove_padding: bool = Field(
         False,
-        description="Pack each micro-batch's tokens into one row (position ids restart per sequence, attention kept "
-        "inside each) instead of padding rows to the longest: the same results without compute on pad tokens, but "
-        "CPU attention (sdpa / eager) then masks a dense square over the whole row, so keep micro-batches small "
-        "with max_tokens_per_micro_batch (on the tiny recipe 256-512 tokens tie with padding; 3400 is 2.4x slower).",
+        description="Pack each micro-batch's sequences end to end into as few rows as fit (position ids restart per "
+        "sequence, attention kept inside each; rows from the longest sequence's width to twice it) instead of "
+        "padding every sequence to the longest: the same results without compute on pad tokens.",
     )
     sequence_parallel_size: int = Field(
         1,

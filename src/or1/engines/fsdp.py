@@ -11,10 +11,11 @@ Batch layout (tensors, first dim = sequences): `input_ids` / `attention_mask` [B
 and right-padded responses, `responses` / `response_mask` [B, R] (the last R columns of input_ids; response_mask
 is the loss mask), plus `old_log_probs`, `advantages` (and `ref_log_probs`) [B, R] for the policy's update and
 `values`, `returns` [B, R] for the critic's. Micro-batches hold `micro_batch_size` rows, or as many consecutive
-rows as fit `max_tokens_per_micro_batch` tokens. With `remove_padding` a micro-batch's real tokens are packed into
-one row (position ids restart at 0 per sequence and no attention mask, from which transformers builds a mask that
-keeps attention inside each sequence), so no compute goes to pad tokens; without it, the micro-batch is cut to its
-longest prompt and response and padded. Either way the outputs come back in the [b, R] layout above.
+rows as fit `max_tokens_per_micro_batch` tokens. With `remove_padding` a micro-batch's sequences are packed
+end to end into as few rows as fit (`pack_rows`; position ids restart at 0 per sequence and no attention mask, from
+which transformers builds a mask that keeps attention inside each sequence), so almost no compute goes to pad
+tokens; without it, the micro-batch is cut to its longest prompt and response and padded. Either way the outputs
+come back in the [b, R] layout above. On the CPU, attention goes through `attention.grouped_sdpa`.
 
 On CUDA (`TrainSettings.from_config` with a cuda device): parameters are kept in float32 and FSDP2's
 MixedPrecisionPolicy computes in model.dtype (bfloat16) with float32 gradient reduction; `actor.offload` moves the
@@ -61,6 +62,7 @@ from or1.algos.losses import (
     value_loss,
 )
 from or1.engines import ulysses
+from or1.engines.attention import use_grouped_sdpa
 from or1.engines.loading import load_causal_lm, load_value_model
 from or1.errors import UserError
 from or1.hybrid.batch import Batch
@@ -100,7 +102,7 @@ class TrainSettings:
     grad_clip: float = 1.0
     micro_batch_size: int = 8  # sequences per forward / backward
     max_tokens_per_micro_batch: int | None = None  # micro-batches by token budget instead of micro_batch_size
-    remove_padding: bool = False  # pack each micro-batch's real tokens into one row
+    remove_padding: bool = False  # pack each micro-batch's sequences end to end into rows (no pad tokens)
     mini_batches: int = 1  # optimizer steps per pass over a batch (batch_size / ppo_mini_batch_size)
     epochs: int = 1  # passes over each batch
     sequence_parallel_size: int = 1  # ranks that split each packed micro-batch's tokens (Ulysses)
@@ -181,6 +183,8 @@ class FSDPEngine:
         self.rank = dist.get_rank()
         self.sp = settings.sequence_parallel_size
         self.sp_group = self._sequence_parallel_group(model)
+        if self.device.type == "cpu":  # (Ulysses, when on, has set its own attention)
+            use_grouped_sdpa(model)
         self.config = model.config
         self.generation_config = getattr(model, "generation_config", None)
         # Aliases of tied weights (lm_head.weight when embeddings are tied): left out of saved checkpoints.
@@ -227,9 +231,10 @@ class FSDPEngine:
 
     # ---- passes ------------------------------------------------------------------------------------------------
     def _window(self, micro: dict[str, torch.Tensor]) -> Window:
-        """The model inputs of a micro-batch, packed or padded as the settings say (always packed under SP)."""
-        packed = self.settings.remove_padding or self.sp_group is not None
-        return (packed_window if packed else padded_window)(micro)
+        """The model inputs of a micro-batch, packed or padded as the settings say (one packed row under SP)."""
+        if self.sp_group is not None:
+            return packed_window(micro, one_row=True)
+        return packed_window(micro) if self.settings.remove_padding else padded_window(micro)
 
     def _sequence_parallel_forward(
         self, window: Window, per_token: ulysses.PerToken
@@ -488,7 +493,7 @@ class FSDPTrainEngine(FSDPEngine):
             entropy = window.picked(entropy) if entropy is not None else None
         else:
             logits = window.kept(
-                self.model(**window.inputs, use_cache=False, logits_to_keep=window.keep).logits
+                self.model(**window.inputs, use_cache=False, logits_to_keep=window.logits_to_keep).logits
             )
             log_probs = token_log_probs(logits, window.targets, temperature)
             entropy = None
@@ -628,15 +633,44 @@ def token_budget_slices(lengths: list[int], budget: int) -> list[slice]:
     return slices
 
 
+def pack_rows(lengths: list[int]) -> tuple[int, list[list[int]]]:
+    """Sequences of these lengths packed end to end into rows: the row width and each row's sequence indices.
+
+    First-fit decreasing, at the width from the longest sequence to twice it (in eighths) that needs the fewest
+    positions in all (the narrowest of equals: attention costs width x positions). One dense row for everything
+    would be the fewest positions, but CPU attention (sdpa, eager) then masks a square over the whole row.
+    """
+    longest = max(lengths)
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    best: tuple[int, list[list[int]]] | None = None
+    for width in sorted({math.ceil(longest * (8 + k) / 8) for k in range(9)}):
+        rows: list[list[int]] = []
+        room: list[int] = []
+        for i in order:
+            row = next((r for r, free in enumerate(room) if free >= lengths[i]), None)
+            if row is None:
+                rows.append([])
+                room.append(width)
+                row = len(rows) - 1
+            rows[row].append(i)
+            room[row] -= lengths[i]
+        if best is None or len(rows) * width < len(best[1]) * best[0]:
+            best = (width, rows)
+    assert best is not None
+    return best
+
+
 @dataclass(frozen=True)
 class Window:
     """A micro-batch as the model sees it, and the way back from per-position outputs to the [b, R] layout.
 
     Position t's output belongs to response token t + 1 (the causal LM's logits predict it; the critic's value is
-    the state before it). `keep` is the causal LM's `logits_to_keep` covering those positions; `kept` turns its
-    logits into response-aligned outputs ([b, R'] padded, [1, N] packed, like `targets`), `picked` does the same
-    for outputs of every position (the critic's), and `scatter` puts response-aligned values into [b, R] with 0
-    where a row has no token.
+    the state before it). `keep` says which positions those are: the last `keep` columns of a padded window, or the
+    flat indices into a packed window's rows. `logits_to_keep` is what the causal LM is asked for (only those
+    positions where it can pick them itself: padded, or one packed row) and `kept` turns its logits into
+    response-aligned outputs ([b, R'] padded, [1, N] packed, like `targets`); `picked` does the same for outputs of
+    every position (the critic's), and `scatter` puts response-aligned values into [b, R] with 0 where a row has no
+    token.
     """
 
     inputs: dict[str, torch.Tensor]  # input_ids, position_ids (and attention_mask when padded)
@@ -645,11 +679,20 @@ class Window:
     real: torch.Tensor  # [b, R] bool: slots that hold a response token
     packed: bool
 
+    @property
+    def logits_to_keep(self) -> int | torch.Tensor:
+        one_row = self.inputs["input_ids"].shape[0] == 1
+        return 0 if self.packed and not one_row else self.keep  # 0: every position
+
     def kept(self, outputs: torch.Tensor) -> torch.Tensor:
-        return outputs if self.packed else outputs[:, :-1]
+        if not self.packed:
+            return outputs[:, :-1]
+        return outputs if self.inputs["input_ids"].shape[0] == 1 else self.picked(outputs)
 
     def picked(self, outputs: torch.Tensor) -> torch.Tensor:
-        return outputs[:, self.keep] if self.packed else outputs[:, -self.keep : -1]
+        if self.packed:
+            return outputs.reshape(1, -1, *outputs.shape[2:])[:, self.keep]
+        return outputs[:, -self.keep : -1]
 
     def scatter(self, values: torch.Tensor) -> torch.Tensor:
         if self.packed:
@@ -673,8 +716,10 @@ def padded_window(micro: dict[str, torch.Tensor]) -> Window:
     return Window(inputs, keep_resp + 1, targets, micro["attention_mask"][:, prompt_width:].bool(), False)
 
 
-def packed_window(micro: dict[str, torch.Tensor]) -> Window:
-    """The real tokens of every row one after another in a single row, position ids restarting at 0 per row.
+def packed_window(micro: dict[str, torch.Tensor], *, one_row: bool = False) -> Window:
+    """The real tokens of the rows packed end to end, position ids restarting at 0 per sequence: into the rows
+    `pack_rows` chooses, or all into a single row. A row's unused tail is one more sequence (pad ids, positions
+    from 0) whose outputs are never read.
 
     Every row needs a prompt token: the first response token is predicted from the position before it.
     """
@@ -683,9 +728,26 @@ def packed_window(micro: dict[str, torch.Tensor]) -> Window:
     valid = mask.bool()
     if not bool(valid[:, :prompt_width].any(-1).all()):
         raise ValueError("packed micro-batches need at least one prompt token per row")
-    where = valid.flatten().cumsum(0).view(valid.shape) - 1  # each real token's index in the packed row
+    lengths = valid.sum(-1)
+    if one_row:
+        width, rows = int(lengths.sum()), [list(range(len(lengths)))]
+    else:
+        width, rows = pack_rows(lengths.tolist())
+    start = torch.empty_like(lengths)  # each sequence's first index in the flattened rows
+    used = torch.empty(len(rows), dtype=lengths.dtype)
+    for r, members in enumerate(rows):
+        offsets = lengths[members].cumsum(0)
+        start[members] = r * width + offsets - lengths[members]
+        used[r] = offsets[-1]
+    position = mask.cumsum(-1) - 1  # each real token's position in its sequence
+    where = start[:, None] + position  # ... and its index in the flattened rows
+    column = torch.arange(width)
+    flat_positions = (column[None] - used[:, None]).clamp(min=0)  # the tails count from 0
+    flat_positions.view(-1)[where[valid]] = position[valid]
+    flat_ids = ids.new_zeros(len(rows) * width)
+    flat_ids[where[valid]] = ids[valid]
     real = valid[:, prompt_width:]
-    inputs = {"input_ids": ids[valid][None], "position_ids": (mask.cumsum(-1) - 1)[valid][None]}
+    inputs = {"input_ids": flat_ids.view(len(rows), width), "position_ids": flat_positions}
     keep = where[:, prompt_width:][real] - 1  # the position before each response token
     return Window(inputs, keep, micro["responses"][real][None], real, True)
 

@@ -13,6 +13,7 @@ from collections.abc import Iterable
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
+from or1.engines.attention import use_grouped_sdpa
 from or1.engines.rollout import Generations, SamplingParams, check_prompts, pad_id_of
 from or1.errors import UserError
 
@@ -28,6 +29,8 @@ class HFRolloutEngine:
     ):
         if micro_batch_size < 1:
             raise UserError(f"micro_batch_size must be at least 1, got {micro_batch_size}.")
+        if model.device.type == "cpu":
+            use_grouped_sdpa(model)
         self.model = model
         self.micro_batch_size = micro_batch_size
         self.pad_token_id = pad_id_of(tokenizer)
