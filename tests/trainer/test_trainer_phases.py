@@ -11,6 +11,7 @@ from or1.config.schema import AlgorithmConfig, EntropyControlConfig
 from or1.hybrid.batch import Batch
 from or1.trainer.phases import (
     add_advantages,
+    balance_ranks,
     fuses_old_log_prob,
     rejection_sample,
     rollout_entropy,
@@ -122,3 +123,16 @@ def test_rollout_entropy_reads_the_samplers_log_probs() -> None:
         {"rollout_log_probs": torch.tensor([[-0.1, -0.3, -9.0], [-0.2, -9.0, -9.0]]), "response_mask": mask}
     )
     assert rollout_entropy(batch) == pytest.approx((0.1 + 0.3 + 0.2) / 3)
+
+
+def test_balance_ranks_gives_each_share_the_same_tokens() -> None:
+    lengths = [40, 38, 35, 30, 12, 11, 10, 8]  # in sampling order the first share holds 143 tokens, the second 41
+    mask = (torch.arange(48)[None] < torch.tensor(lengths)[:, None]).long()
+    batch = Batch({"attention_mask": mask, "row": torch.arange(8)}, {"uid": list("aabbccdd")})
+    balanced = balance_ranks(batch, 2)
+    shares = [share.tensors["attention_mask"].sum().item() for share in balanced.chunk(2)]
+    assert shares == [90, 94]  # dealt longest first in snake order: 40 30 12 8 and 38 35 11 10
+    assert sorted(balanced.tensors["row"].tolist()) == list(range(8))  # the same rows, uids kept with them
+    assert [balanced.non_tensor["uid"][i] for i in range(8)] == [
+        "aabbccdd"[r] for r in balanced.tensors["row"].tolist()
+    ]

@@ -248,6 +248,11 @@ class TrainerConfig(Section):
         default_factory=lambda: ["jsonl", "tensorboard"]
     )
     threads_per_worker: int | None = Field(None, ge=1, description="torch threads per worker process (CPU).")
+    balance_batch: bool = Field(
+        True,
+        description="Deal a step's kept sequences to the data-parallel ranks by length (prompt + response tokens), "
+        "so no rank waits on one that got the long ones (verl's balance_batch).",
+    )
     max_restarts: int = Field(
         2, ge=0, description="Restarts of the workers from the latest checkpoint after a worker process dies."
     )

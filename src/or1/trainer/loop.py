@@ -24,6 +24,7 @@ from or1.trainer.data import PromptLoader
 from or1.trainer.metrics import MetricsLogger, PhaseTimer, write_step_samples
 from or1.trainer.phases import (
     add_advantages,
+    balance_ranks,
     fuses_old_log_prob,
     reason_counts,
     rejection_sample,
@@ -86,6 +87,8 @@ def train(t: Trainer) -> None:
             _count_skipped(t, reasons)
             continue
         t.skipped_in_a_row, t.skipped_reasons = 0, {}
+        if cfg.trainer.balance_batch:
+            batch = balance_ranks(batch, t.actor.world_size)
         fused = fuses_old_log_prob(cfg, t.entropy)  # on-policy: the update's forward gives the old log-probs
         if not fused:
             with timer("old_log_prob"):

@@ -17,6 +17,7 @@ from or1.algos.losses import kl_penalty
 from or1.algos.truncation import apply_truncation_policy
 from or1.config.schema import AlgorithmConfig, RunConfig
 from or1.hybrid.batch import Batch
+from or1.hybrid.dispatch import balanced_order
 
 
 def truncation_policy(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
@@ -39,6 +40,12 @@ def rejection_sample(batch: Batch, algorithm: AlgorithmConfig, multiple: int) ->
         drop_equal=algorithm.rejection_sampling,
     )
     return batch.select(keep), stats
+
+
+def balance_ranks(batch: Batch, world_size: int) -> Batch:
+    """The rows reordered so that each rank's share (DP_COMPUTE splits in order) holds about the same tokens."""
+    tokens = batch.tensors["attention_mask"].sum(-1).tolist()
+    return batch.select(balanced_order(tokens, world_size))
 
 
 def sampled_mask(batch: Batch) -> torch.Tensor:
