@@ -13,7 +13,6 @@ from __future__ import annotations
 import torch
 import torch.nn.functional as F
 from transformers import AttentionInterface, PreTrainedModel
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 GROUPED_SDPA = "or1_grouped_sdpa"
 
@@ -45,7 +44,12 @@ def grouped_sdpa(
 
 
 def use_grouped_sdpa(model: PreTrainedModel) -> None:
-    """Point a CPU model that uses sdpa over grouped key/value heads at `grouped_sdpa` (others are left alone)."""
+    """Point a CPU model that uses sdpa over grouped key/value heads at `grouped_sdpa` (others are left alone, as
+    are all models under transformers releases that build masks per model, before 4.53)."""
+    try:
+        from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+    except ImportError:
+        return
     config = model.config
     grouped = getattr(config, "num_key_value_heads", None) not in (None, config.num_attention_heads)
     if config._attn_implementation != "sdpa" or not grouped:
