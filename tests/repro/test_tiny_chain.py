@@ -36,7 +36,7 @@ BASE_SFT_STEPS = 400
 # 16 samples per problem: with the recipe's 5 (or 4), one validation of the 200 problems is worth about +-1.8 points,
 # as much as a few dozen steps move it, and a check on a rise would pass or fail by the dice.
 VALIDATION_N = 16
-# Measured here (validation avg@16, 200 problems, 96 tokens): base 44.3% -> 52.8% after stage 1 -> 56.3% after
+# Measured here (validation avg@16, 200 problems, 96 tokens): base 44.3% -> 51.8% after stage 1 -> 54.8% after
 # stage 3. Stages of 30 steps are within the noise: with STEPS (100, 30, 30) one chain read 44.3 -> 51.8 -> 54.5%
 # and, after a change that only re-rolled the sampling (packed update passes), 44.3 -> 52.8 -> 51.7%; with (50, 30,
 # 30) and avg@4, 46.9 -> 49.3 -> 50.4%. With actor.lr=1e-12 every validation reads the base's value.

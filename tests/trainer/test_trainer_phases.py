@@ -132,7 +132,9 @@ def test_balance_ranks_gives_each_share_the_same_tokens() -> None:
     balanced = balance_ranks(batch, 2)
     shares = [share.tensors["attention_mask"].sum().item() for share in balanced.chunk(2)]
     assert shares == [90, 94]  # dealt longest first in snake order: 40 30 12 8 and 38 35 11 10
-    assert sorted(balanced.tensors["row"].tolist()) == list(range(8))  # the same rows, uids kept with them
+    rows = balanced.tensors["row"].tolist()
+    assert rows == [0, 3, 4, 7, 1, 2, 5, 6]  # each share in sampling order: no length bias across mini-batches
+    assert sorted(rows) == list(range(8))  # the same rows, uids kept with them
     assert [balanced.non_tensor["uid"][i] for i in range(8)] == [
         "aabbccdd"[r] for r in balanced.tensors["row"].tolist()
     ]

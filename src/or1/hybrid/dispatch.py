@@ -105,20 +105,20 @@ def _split_all_to_all(world_size: int, args: tuple[Any, ...], kwargs: dict[str, 
     )
 
 
-def balanced_order(lengths: Sequence[int], parts: int) -> list[int]:
+def balanced_order(lengths: Sequence[int], parts: int, *, sort_shares: bool = True) -> list[int]:
     """An order of rows whose `parts` contiguous equal shares (how DP_COMPUTE splits a Batch) carry about equal
-    lengths, each share's rows shortest first.
+    lengths, each share's rows shortest first (or, without sort_shares, in their original order).
 
     Rows are dealt longest first in snake order (0, 1, .., p-1, p-1, .., 0, ...), so no rank waits on one that got
-    the long sequences; sorted shares make micro-batches of like lengths (less padding). Counts stay equal when
-    len(lengths) is a multiple of `parts`.
+    the long sequences; sorted shares make micro-batches of like lengths (less padding), the original order keeps
+    a share's mini-batches free of any length bias. Counts stay equal when len(lengths) is a multiple of `parts`.
     """
     by_length = sorted(range(len(lengths)), key=lambda i: -lengths[i])
     shares: list[list[int]] = [[] for _ in range(parts)]
     for k, row in enumerate(by_length):
         turn, lap = k % parts, (k // parts) % 2
         shares[parts - 1 - turn if lap else turn].append(row)
-    return [row for share in shares for row in reversed(share)]
+    return [row for share in shares for row in (reversed(share) if sort_shares else sorted(share))]
 
 
 def _split_dp(world_size: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Split:

@@ -43,9 +43,13 @@ def rejection_sample(batch: Batch, algorithm: AlgorithmConfig, multiple: int) ->
 
 
 def balance_ranks(batch: Batch, world_size: int) -> Batch:
-    """The rows reordered so that each rank's share (DP_COMPUTE splits in order) holds about the same tokens."""
+    """The rows reordered so that each rank's share (DP_COMPUTE splits in order) holds about the same tokens.
+
+    A share keeps its rows in sampling order: sorted by length, a rank's first mini-batch would get all its short
+    responses and the last all its long ones.
+    """
     tokens = batch.tensors["attention_mask"].sum(-1).tolist()
-    return batch.select(balanced_order(tokens, world_size))
+    return batch.select(balanced_order(tokens, world_size, sort_shares=False))
 
 
 def sampled_mask(batch: Batch) -> torch.Tensor:
