@@ -38,3 +38,13 @@ def test_the_controller_leaves_the_model_classes_to_the_ranks():
     assert "torch" in loaded and "ray" in loaded
     rank_only = {"transformers.modeling_utils", "torch.distributed.fsdp", "or1.engines.fsdp"}
     assert not loaded & rank_only, loaded & rank_only
+
+
+def test_the_tiny_tokenizer_leaves_the_auto_classes_alone(tiny_model_dir):
+    # AutoTokenizer's module imports the Auto model classes and torch: seconds of the controller's start-up
+    loaded = imported_after(
+        f"from or1.engines.loading import load_tokenizer; load_tokenizer({str(tiny_model_dir)!r})", top_level=False
+    )
+    assert "transformers" in loaded
+    auto = {"torch", "transformers.models.auto.tokenization_auto", "transformers.models.auto.modeling_auto"}
+    assert not loaded & auto, loaded & auto

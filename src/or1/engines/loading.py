@@ -35,13 +35,16 @@ def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
     Qwen2's own pre-tokenizer regex when AutoTokenizer sees a qwen2 config beside it, which is not the split the
     tiny model was trained on.
     """
-    from transformers import AutoTokenizer, PreTrainedTokenizerFast
-
     folder = Path(path)
     if is_or1_tiny(folder):
+        # Imported alone: AutoTokenizer's module pulls in the Auto model classes and torch (seconds of CPU)
+        from transformers import PreTrainedTokenizerFast
+
         if not (folder / "tokenizer.json").is_file():
             raise UserError(f"{folder} has no tokenizer.json; rebuild it with `or1 init-model`.")
         return PreTrainedTokenizerFast.from_pretrained(str(folder))
+    from transformers import AutoTokenizer
+
     try:
         return AutoTokenizer.from_pretrained(str(path))
     except OSError as err:
