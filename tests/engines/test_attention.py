@@ -29,7 +29,8 @@ def test_grouped_sdpa_equals_sdpa_on_training_windows(model_dir: Path) -> None:
     sdpa, grouped = load_causal_lm(model_dir), load_causal_lm(model_dir)
     use_grouped_sdpa(grouped)
     assert sdpa.config._attn_implementation == "sdpa"
-    assert grouped.config._attn_implementation == GROUPED_SDPA  # the model has 4 query heads over 2 key/value heads
+    # the model has 4 query heads over 2 key/value heads
+    assert grouped.config._attn_implementation == GROUPED_SDPA
     micro = make_batch(8).tensors
     for window in (padded_window(micro), packed_window(micro)):
         expected, expected_grads = _outputs_and_grads(sdpa, window)

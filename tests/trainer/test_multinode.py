@@ -28,7 +28,7 @@ from or1.trainer.checkpoint import check_visible
 pytestmark = pytest.mark.multinode
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
-HEAD_CPUS, WORKER_CPUS = 2, 1  # the head also hosts the reward worker
+HEAD_CPUS, WORKER_CPUS = 2, 1  # only the head can host a 2-CPU rank: the refused pool below
 
 
 class WhereAmI(Worker):

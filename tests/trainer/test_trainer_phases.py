@@ -126,14 +126,16 @@ def test_rollout_entropy_reads_the_samplers_log_probs() -> None:
 
 
 def test_balance_ranks_gives_each_share_the_same_tokens() -> None:
-    lengths = [40, 38, 35, 30, 12, 11, 10, 8]  # in sampling order the first share holds 143 tokens, the second 41
+    # in sampling order the first share holds 143 tokens, the second 41
+    lengths = [40, 38, 35, 30, 12, 11, 10, 8]
     mask = (torch.arange(48)[None] < torch.tensor(lengths)[:, None]).long()
     batch = Batch({"attention_mask": mask, "row": torch.arange(8)}, {"uid": list("aabbccdd")})
     balanced = balance_ranks(batch, 2)
     shares = [share.tensors["attention_mask"].sum().item() for share in balanced.chunk(2)]
     assert shares == [90, 94]  # dealt longest first in snake order: 40 30 12 8 and 38 35 11 10
     rows = balanced.tensors["row"].tolist()
-    assert rows == [0, 3, 4, 7, 1, 2, 5, 6]  # each share in sampling order: no length bias across mini-batches
+    # each share in sampling order: no length bias across mini-batches
+    assert rows == [0, 3, 4, 7, 1, 2, 5, 6]
     assert sorted(rows) == list(range(8))  # the same rows, uids kept with them
     assert [balanced.non_tensor["uid"][i] for i in range(8)] == [
         "aabbccdd"[r] for r in balanced.tensors["row"].tolist()

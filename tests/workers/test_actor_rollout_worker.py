@@ -1,4 +1,5 @@
-"""ActorRolloutRefWorker and RewardWorker in real Ray actors (2 gloo ranks): the calls the controller makes."""
+"""ActorRolloutRefWorker in real Ray actors (2 gloo ranks) with the controller's RewardManager: the calls the
+controller makes."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import torch
 
 from or1.config.loading import resolve
 from or1.engines.loading import load_tokenizer
-from or1.hybrid import ResourcePool, WorkerError, WorkerGroup, colocate, ray_session
+from or1.hybrid import ResourcePool, WorkerError, colocate, ray_session
 from or1.trainer.data import PromptLoader
+from or1.trainer.rewards import REWARD_COLUMNS, RewardManager
 from or1.trainer.validation import load_validation_sets, validate
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
-from or1.workers.reward import REWARD_COLUMNS, RewardWorker
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 N, MAX_RESPONSE = 4, 12  # 12 tokens: long answers must come back truncated
@@ -48,15 +49,12 @@ def groups(ray_cluster, tiny_model_dir: Path, tiny_data_dir: Path):
     }
     actor = colocate(ResourcePool(1, 2, use_gpu=False), roles, name="actor")["actor_rollout"]
     actor.init_model()
-    reward = WorkerGroup(
-        ResourcePool(1, 1, use_gpu=False), RewardWorker, init_kwargs={"config": cfg.reward}, name="reward"
-    )
+    reward = RewardManager(cfg.reward)
     loader = PromptLoader(
         cfg.data.train_files, load_tokenizer(tiny_model_dir), batch_size=4, max_prompt_length=32, seed=0
     )
     yield cfg, actor, reward, loader
     actor.shutdown()
-    reward.shutdown()
 
 
 def test_generate_score_log_prob_update_roundtrip(groups, tmp_path: Path) -> None:

@@ -35,8 +35,8 @@ def worker_runtime_env(extra: dict[str, Any] | None = None) -> dict[str, Any]:
 
 
 def local_cpus(world_size: int) -> int:
-    """CPUs a local Ray offers: every core of the machine, and at least one per rank plus one for the reward rank."""
-    return max(os.cpu_count() or 1, world_size + 1)
+    """CPUs a local Ray offers: every core of the machine, and at least one per rank."""
+    return max(os.cpu_count() or 1, world_size)
 
 
 @contextmanager

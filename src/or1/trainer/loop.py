@@ -1,7 +1,7 @@
 """The controller's training loop: one stage of GRPO / MAGIC, reading like the step of the HybridFlow design (README).
 
 The controller holds no weights: it moves Batches between the actor/rollout worker group, the critic (GAE only) and
-the reward worker group, and keeps the small state of the algorithm (step, data position, entropy controller,
+the reward manager, and keeps the small state of the algorithm (step, data position, entropy controller,
 prompt statistics), which goes into every checkpoint with the workers' model, optimizer and RNG states.
 """
 
@@ -34,9 +34,9 @@ from or1.trainer.phases import (
     step_metrics,
     truncation_policy,
 )
+from or1.trainer.rewards import REWARD_COLUMNS, RewardManager
 from or1.trainer.validation import ValidationSet, is_due, validate
 from or1.workers.actor_rollout_ref import MODEL_DIR
-from or1.workers.reward import REWARD_COLUMNS
 
 LOG_PROB_COLUMNS = ("input_ids", "attention_mask", "responses", "response_mask")
 UPDATE_COLUMNS = (*LOG_PROB_COLUMNS, "old_log_probs", "advantages")
@@ -49,7 +49,7 @@ class Trainer:
 
     cfg: RunConfig
     actor: WorkerGroup  # ActorRolloutRefWorker on every data-parallel rank
-    rewards: WorkerGroup  # RewardWorker(s), in their own processes
+    rewards: RewardManager  # the verifiers' front-end, in this process
     loader: PromptLoader
     entropy: AdaptiveEntropyController
     checkpoints: ckpt.CheckpointManager

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import Iterable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
@@ -35,11 +34,11 @@ from or1.trainer.checkpoint import CheckpointManager
 from or1.trainer.data import PromptLoader, prompt_key, read_prompt_rows
 from or1.trainer.loop import Trainer, restore, train
 from or1.trainer.metrics import METRICS_FILE, MetricsLogger
+from or1.trainer.rewards import RewardManager
 from or1.trainer.summary import stage_summary, summary_lines, write_summary
 from or1.trainer.validation import ValidationSet, load_validation_sets
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 from or1.workers.critic import CriticWorker
-from or1.workers.reward import RewardWorker
 
 FINAL_DIR = "final"
 FINAL_CRITIC_DIR = "final_critic"
@@ -250,17 +249,18 @@ def train_in_session(
     stop = stop or StopFlag()
     with ray_session(ray_address, num_cpus=local_cpus(cfg.world_size)):  # joins the CLI's Ray when it runs
         stop.install()  # ray.init replaced the SIGTERM handler with one that exits mid-call
+        rewards = RewardManager(cfg.reward)
         with ThreadPoolExecutor(1) as starter:
             # The ranks import their libraries and load the model (seconds) while this process reads the prompts.
-            starting = starter.submit(start_workers, cfg, model_path, critic_path)
+            starting = starter.submit(start_actor_groups, cfg, model_path, critic_path)
             try:
                 keep, dropped = filtered_prompts(cfg, stage_dir, console)
                 data = load_stage_data(cfg, model_path, keep, console)
             except BaseException:
                 with suppress(Exception):  # the data's error is the one to report
-                    shut_down(starting.result())
+                    starting.result()[0].shutdown()
                 raise
-            actor, critic, rewards = starting.result()
+            actor, critic = starting.result()
         try:
             trainer = build_trainer(cfg, stage_dir, data, actor, critic, rewards, console)
             trainer.stop = stop
@@ -284,15 +284,8 @@ def train_in_session(
             if critic is not None:
                 critic.export_model(str(stage_dir / FINAL_CRITIC_DIR))
         finally:
-            shut_down((actor, rewards))
+            actor.shutdown()  # colocated roles (the critic) go with it
     return trainer, dropped
-
-
-def shut_down(groups: Iterable[WorkerGroup | None]) -> None:
-    """Stop worker groups (None: a role not started); colocated roles go with the actor group."""
-    for group in groups:
-        if group is not None:
-            group.shutdown()
 
 
 def run_all_stages(
@@ -400,30 +393,11 @@ def critic_start(cfg: RunConfig, run_dir: Path, model_path: str) -> str:
     return path
 
 
-def start_workers(
-    cfg: RunConfig, model_path: str, critic_path: str | None = None
-) -> tuple[WorkerGroup, WorkerGroup | None, WorkerGroup]:
-    """The actor/rollout(/ref) group on nnodes x devices_per_node ranks with the critic (GAE) colocated in the same
-    processes, and one reward rank beside them; the reward rank starts while the actor ranks load their models."""
-    with ThreadPoolExecutor(1) as starter:
-        reward_start = starter.submit(start_reward_group, cfg)
-        try:
-            actor, critic = start_actor_groups(cfg, model_path, critic_path)
-        except BaseException:
-            with suppress(Exception):  # the actor ranks' error is the one to report
-                reward_start.result().shutdown()
-            raise
-        try:
-            return actor, critic, reward_start.result()
-        except BaseException:
-            actor.shutdown()
-            raise
-
-
 def start_actor_groups(
     cfg: RunConfig, model_path: str, critic_path: str | None
 ) -> tuple[WorkerGroup, WorkerGroup | None]:
-    """The actor/rollout(/ref) ranks with the critic colocated (GAE), models loaded; shut down if loading fails."""
+    """The actor/rollout(/ref) group on nnodes x devices_per_node ranks with the critic (GAE) colocated in the same
+    processes, models loaded; shut down if loading fails."""
     threads = cfg.trainer.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.world_size)
     pool = ResourcePool(cfg.trainer.nnodes, cfg.trainer.devices_per_node, use_gpu=uses_gpu(cfg))
     env = {"OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
@@ -445,17 +419,6 @@ def start_actor_groups(
         actor.shutdown()  # colocated roles share the actors: this ends the critic too
         raise
     return actor, critic
-
-
-def start_reward_group(cfg: RunConfig) -> WorkerGroup:
-    """The reward rank: the verifiers' front-end in its own process."""
-    return WorkerGroup(
-        ResourcePool(1, 1, use_gpu=False),
-        RewardWorker,
-        init_kwargs={"config": cfg.reward},
-        name="reward",
-        env={"OMP_NUM_THREADS": "1"},
-    )
 
 
 @dataclass
@@ -489,7 +452,7 @@ def build_trainer(
     data: StageData,
     actor: WorkerGroup,
     critic: WorkerGroup | None,
-    rewards: WorkerGroup,
+    rewards: RewardManager,
     console: Console,
 ) -> Trainer:
     """The stage's trainer over `data` with the started worker groups."""

@@ -1,7 +1,7 @@
 """Validation during training: the recipe's validation sets, n samples at each temperature, logged as avg@n.
 
 Generation goes through the actor group's rollout path (the same weights sync as training) and scoring through
-the reward group, so validation measures exactly the policy being trained, with the same verifiers.
+the reward manager, so validation measures exactly the policy being trained, with the same verifiers.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from or1.hybrid.batch import Batch
 from or1.hybrid.dispatch import balanced_order
 from or1.hybrid.worker_group import WorkerGroup
 from or1.trainer.data import encode_prompt
-from or1.workers.reward import REWARD_COLUMNS
+from or1.trainer.rewards import REWARD_COLUMNS, RewardManager
 
 
 @dataclass
@@ -55,7 +55,7 @@ def load_validation_sets(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> 
 
 
 def validate(
-    sets: list[ValidationSet], actor: WorkerGroup, rewards: WorkerGroup, cfg: RunConfig
+    sets: list[ValidationSet], actor: WorkerGroup, rewards: RewardManager, cfg: RunConfig
 ) -> dict[str, float]:
     """avg@n, truncation and mean length of every set at every configured temperature.
 

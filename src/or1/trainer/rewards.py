@@ -1,9 +1,13 @@
-"""The reward worker: scores a Batch of decoded responses with or1's verifiers, outside the training processes.
+"""The training loop's reward: scores a Batch of decoded responses with or1's verifiers, from the controller.
 
-It runs in its own Ray actor(s); inside, `or1.rewards.score.score_batch` fans the rows out to a persistent pool of
-killable verifier processes with hard time limits, so a pathological answer can stall neither a rank nor the
-controller. Reads non-tensor columns `ability`, `response_text`, `reward_model`; writes `scores` [B] (float) and
-the non-tensor `score_reason`.
+`RewardManager.compute_scores` hands the rows to `or1.rewards.score.score_batch`, which runs the verifiers in a
+persistent pool of killable processes with hard time limits (code inside the sandbox), so a pathological answer
+stalls neither the controller nor a rank. verl and Skywork-OR1 score rule-based rewards in the driver with a process
+pool too. (or1 first gave this front-end a Ray actor of its own: a process that imported Ray and torch only to
+forward rows to the same pool, about 6 CPU-seconds of the tiny recipe's start-up.)
+
+Reads non-tensor columns `ability`, `response_text`, `reward_model`; writes `scores` [B] (float) and the non-tensor
+`score_reason`.
 """
 
 from __future__ import annotations
@@ -12,15 +16,13 @@ import torch
 
 from or1.config.schema import RewardConfig
 from or1.hybrid.batch import Batch
-from or1.hybrid.dispatch import Dispatch, register
-from or1.hybrid.worker import Worker
-from or1.rewards.score import close_pools, math_pool, score_batch
+from or1.rewards.score import math_pool, score_batch
 
 REWARD_COLUMNS = ("ability", "response_text", "reward_model")
 
 
-class RewardWorker(Worker):
-    """Verifier front-end of one reward rank (no model, no torch.distributed)."""
+class RewardManager:
+    """The verifiers' front-end; their processes are shared by the whole controller and stop when it exits."""
 
     def __init__(self, config: RewardConfig):
         self.cfg = config
@@ -28,7 +30,6 @@ class RewardWorker(Worker):
         # scoring (step 0's validation) does not wait for them.
         math_pool(config.workers).start()
 
-    @register(Dispatch.DP_COMPUTE)
     def compute_scores(self, batch: Batch) -> Batch:
         """One score per response (1.0 / 0.0 for math) and the verifier's one-word reason."""
         rows = [
@@ -44,8 +45,3 @@ class RewardWorker(Worker):
         )
         scores = torch.tensor([r.score for r in results], dtype=torch.float32)
         return Batch({"scores": scores}, {"score_reason": [r.reason for r in results]})
-
-    @register(Dispatch.ONE_TO_ALL)
-    def close(self) -> None:
-        """Stop the verifier processes (they also stop when the actor exits)."""
-        close_pools()
