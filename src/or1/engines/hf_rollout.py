@@ -151,19 +151,5 @@ def sample_next(
             mass_before >= top_p, float("-inf")
         )  # the top token always stays
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    chosen = draw(logits.softmax(dim=-1), generator)
+    chosen = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
     return chosen.squeeze(-1), logits.log_softmax(dim=-1).gather(-1, chosen).squeeze(-1)
-
-
-def draw(probs: torch.Tensor, generator: torch.Generator | None) -> torch.Tensor:
-    """One index per row (batch, 1), index i with probability probs[row, i] / the row's sum.
-
-    Inverse-transform sampling: a uniform draw per row located in the row's cumulative sums. A tenth of
-    torch.multinomial's time on the CPU (0.04 against 0.6 ms for 64 rows of 293), where it ran once per decode step.
-    A zero-probability index is never drawn: the draw stays strictly below the row's total.
-    """
-    cdf = probs.double().cumsum(dim=-1)
-    total = cdf[:, -1:]
-    u = torch.rand(total.shape, dtype=cdf.dtype, device=cdf.device, generator=generator) * total
-    u = torch.minimum(u, total.nextafter(torch.zeros_like(total)))
-    return torch.searchsorted(cdf, u, right=True)
