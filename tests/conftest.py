@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,15 @@ import torch
 # One intra-op thread: the tiny model gains little from a second one, and on a shared 2-core machine spinning OpenMP
 # threads slowed the engine tests tenfold when other processes held the cores.
 torch.set_num_threads(1)
+
+
+def pytest_report_header() -> str:
+    """torch's CPU kernel choice: the tiny runs' numbers follow it (ATEN_CPU_CAPABILITY forces one)."""
+    forced = os.environ.get("ATEN_CPU_CAPABILITY")
+    return f"torch {torch.__version__}, CPU kernels {torch.backends.cpu.get_cpu_capability()}" + (
+        f" (forced by ATEN_CPU_CAPABILITY={forced})" if forced else ""
+    )
+
 
 # A shorter warm start than the preset's keeps the session setup near 40 s; it still solves some 3-4 operand tasks.
 TEST_SFT_STEPS = 120

@@ -26,6 +26,7 @@ import pandas as pd
 import pytest
 import yaml
 
+from or1.data.synthetic import SPLITS, TinyDataset, write_tiny_dataset
 from or1.models.init import init_tiny_model
 
 RECIPE = Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml"
@@ -43,17 +44,30 @@ VALIDATION_N = 16
 STAGE1_MARGIN = 0.03
 CHAIN_MARGIN = 0.01
 VAL = f"val/validation/t1/avg@{VALIDATION_N}"
+# The train prompts' operand counts: the recipe's 3..6 and 2, which the base solves nearly always, so that some
+# prompts are solved at every one of stage 1's ~32 attempts and the online filter has them to drop (on another CPU
+# the 3..6 prompts alone once left none).
+TRAIN_OPS = (2, 3, 4, 5, 6)
+SEED = int(os.environ.get("OR1_REPRO_SEED", "0"))  # trainer.seed: the sampling and the data order
 FIGURES = ("validation", "reward", "response_length", "truncation", "entropy", "rejection", "step_time")
 ENV = {**os.environ, "COLUMNS": "1000"}  # rich wraps console lines at 80 columns off a terminal
 
 
-def shortened_recipe(folder: Path, model: Path, data: Path) -> Path:
+def chain_data(folder: Path) -> TinyDataset:
+    """The tiny dataset with 400 math train rows over TRAIN_OPS (written once per folder)."""
+    if (folder / "train.parquet").is_file():
+        return TinyDataset(*(folder / f"{name}.parquet" for name in SPLITS))
+    sizes = {"math_train_size": 400, "code_train_size": 50, "code_validation_size": 25}
+    return write_tiny_dataset(folder, seed=0, train_ops=TRAIN_OPS, **sizes)
+
+
+def shortened_recipe(folder: Path, model: Path, data: TinyDataset) -> Path:
     """stages/tiny.yaml with fewer steps, avg@16 validation, and this test's model and data."""
     recipe = yaml.safe_load(RECIPE.read_text())
     recipe["name"] = "tiny-ci"
     recipe["model"]["path"] = str(model)
-    recipe["data"]["train_files"] = [str(data / "train.parquet")]
-    recipe["data"]["validation"].update(sets=[str(data / "validation.parquet")], n=VALIDATION_N)
+    recipe["data"]["train_files"] = [str(data.train)]
+    recipe["data"]["validation"].update(sets=[str(data.validation)], n=VALIDATION_N)
     recipe["trainer"]["save_every"] = 1000  # the stage's end only: checkpoint writes are not what this tests
     for stage, steps in zip(recipe["stages"], STEPS, strict=True):
         stage["steps"] = steps
@@ -71,32 +85,49 @@ def always_solved(run: Path, stage: int) -> set[str]:
     return set(stats.loc[(stats["attempts"] > 0) & (stats["solved"] == stats["attempts"]), "uid"])
 
 
-def train_chain(folder: Path, base: Path, data: Path, overrides: list[str]) -> Path:
+def train_chain(
+    folder: Path, base: Path, data: TinyDataset, overrides: list[str], env: dict | None = None
+) -> Path:
     """`or1 train --stage all` of the shortened recipe in its own process; the run directory."""
     recipe, run = shortened_recipe(folder, base, data), folder / "run"
     cmd = [sys.executable, "-m", "or1.cli", "train", "--recipe", str(recipe), "--stage", "all"]
     cmd += ["--run-dir", str(run), *(arg for item in overrides for arg in ("--set", item))]
-    done = subprocess.run(cmd, capture_output=True, text=True, env=ENV)
+    done = subprocess.run(cmd, capture_output=True, text=True, env=env or ENV)
     (folder / "train.log").write_text(done.stdout + done.stderr)
     assert done.returncode == 0, done.stderr[-3000:]
     return run
 
 
 @pytest.mark.timeout(1800)
-def test_tiny_chain_learns_and_hands_off(tmp_path: Path, tiny_data_dir: Path) -> None:
+def test_tiny_chain_learns_and_hands_off(tmp_path: Path) -> None:
     base = tmp_path / "model"
     init_tiny_model(base, seed=0, sft_steps=BASE_SFT_STEPS, eval_samples=1)
-    run = train_chain(tmp_path, base, tiny_data_dir, os.environ.get("OR1_REPRO_SET", "").split())
+    overrides = [f"trainer.seed={SEED}", *os.environ.get("OR1_REPRO_SET", "").split()]
+    run = train_chain(tmp_path, base, chain_data(tmp_path / "data"), overrides)
     check_chain(run)
 
 
-def check_chain(run: Path) -> None:
-    """Every check of the module docstring on a finished run directory."""
+def chain_readings(run: Path) -> dict:
+    """What check_chain asserts on: the validations at each stage's end and the online filter's counts."""
+    logs = {stage: records(run, stage) for stage in (1, 2, 3)}
+    summaries = {s: json.loads((run / f"stage{s}" / "summary.json").read_text()) for s in (1, 2, 3)}
+    solved = {stage: always_solved(run, stage) for stage in (1, 2)}
+    return {
+        "base": logs[1][0][VAL],
+        **{f"stage{stage}": logs[stage][-1][VAL] for stage in (1, 2, 3)},
+        "always_solved": [len(solved[1]), len(solved[2] - solved[1])],
+        "filter_dropped": [summaries[s]["online_filter_dropped"] for s in (2, 3)],
+    }
+
+
+def check_chain(run: Path) -> dict:
+    """Every check of the module docstring on a finished run directory; its readings."""
+    readings = chain_readings(run)
     logs = {stage: records(run, stage) for stage in (1, 2, 3)}
     summaries = {s: json.loads((run / f"stage{s}" / "summary.json").read_text()) for s in (1, 2, 3)}
 
     # Learning: base -> end of stage 1 -> end of stage 3, all validated at 96 tokens with the same seeds.
-    base, stage1, stage3 = logs[1][0][VAL], logs[1][-1][VAL], logs[3][-1][VAL]
+    base, stage1, stage3 = readings["base"], readings["stage1"], readings["stage3"]
     print(f"validation avg@{VALIDATION_N}: base {base:.1%} -> stage 1 {stage1:.1%} -> stage 3 {stage3:.1%}")
     assert stage1 - base >= STAGE1_MARGIN, f"stage 1 learned too little: {base:.1%} -> {stage1:.1%}"
     assert stage3 - stage1 >= CHAIN_MARGIN, f"stages 2-3 learned too little: {stage1:.1%} -> {stage3:.1%}"
@@ -106,16 +137,17 @@ def check_chain(run: Path) -> None:
         assert summaries[stage]["start_model"] == str(run / f"stage{stage - 1}" / "final")
         assert logs[stage][0][VAL] == logs[stage - 1][-1][VAL], f"stage {stage} starts from other weights"
 
-    # Online filter: it drops exactly the prompts every earlier stage always solved, and trains on the rest.
+    # Online filter: it drops exactly the prompts every earlier stage always solved, and trains on the rest. The
+    # 2-operand prompts make sure there are some (TRAIN_OPS).
     total = summaries[1]["train_prompts"]
     solved = {stage: always_solved(run, stage) for stage in (1, 2)}
+    assert solved[1], "stage 1 solved no prompt at every attempt: the online filter check has nothing to see"
     assert summaries[2]["online_filter_dropped"] == {"stage1": len(solved[1])}
     assert summaries[3]["online_filter_dropped"] == {
         "stage1": len(solved[1]),
         "stage2": len(solved[2] - solved[1]),
     }
     assert summaries[3]["train_prompts"] == total - len(solved[1] | solved[2])
-    assert len(solved[1]) > 0
 
     # Entropy control: every stage's controller starts at init_coef (0) and moves by delta from its first step, at
     # the stage's own target; in stage 1 the coefficient rose once the policy sharpened below the target.
@@ -130,3 +162,4 @@ def check_chain(run: Path) -> None:
     for name in (*FIGURES, "online_filter", "overview"):
         assert (run / "plots" / f"{name}.png").is_file(), f"figure {name} missing"
     assert "## Figures" in (run / "report.md").read_text()
+    return readings

@@ -1,0 +1,77 @@
+"""The CI chain's spread over torch's CPU kernels and training seeds: `python tests/repro/spread.py --out DIR`.
+
+For each kernel choice (ATEN_CPU_CAPABILITY; "default" is what torch picks on this CPU) it builds the chain's
+400-step base once, then runs the chain of test_tiny_chain.py for each trainer seed and checks it with the test's
+own check_chain. Runs already finished under DIR are read again, not retrained, so an interrupted measurement
+resumes. Prints one table row per run (validations, always-solved prompts, pass or the failed check) and writes
+them to DIR/readings.jsonl. About 11 minutes per run on 2 cores.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from test_tiny_chain import (  # noqa: E402
+    BASE_SFT_STEPS,
+    ENV,
+    chain_data,
+    chain_readings,
+    check_chain,
+    train_chain,
+)
+
+BUILD_BASE = (
+    "import sys, torch; from or1.models.init import init_tiny_model; "
+    f"init_tiny_model(sys.argv[1], seed=0, sft_steps={BASE_SFT_STEPS}, eval_samples=1); "
+    "print('kernel', torch.backends.cpu.get_cpu_capability())"
+)
+
+
+def kernel_env(kernel: str) -> dict[str, str]:
+    return ENV if kernel == "default" else {**ENV, "ATEN_CPU_CAPABILITY": kernel}
+
+
+def measure(out: Path, kernel: str, seed: int, overrides: list[str]) -> dict:
+    env, folder = kernel_env(kernel), out / kernel
+    base = folder / "model"
+    if not (base / "config.json").is_file():
+        subprocess.run([sys.executable, "-c", BUILD_BASE, str(base)], env=env, check=True)
+    run_folder = folder / f"seed{seed}"
+    run = run_folder / "run"
+    if not (run / "stage3" / "summary.json").is_file():
+        run_folder.mkdir(parents=True, exist_ok=True)
+        train_chain(run_folder, base, chain_data(out / "data"), [f"trainer.seed={seed}", *overrides], env)
+    readings = {"kernel": kernel, "seed": seed, **chain_readings(run)}
+    try:
+        check_chain(run)
+        readings["result"] = "pass"
+    except AssertionError as err:
+        readings["result"] = f"FAIL: {str(err).splitlines()[0]}"
+    return readings
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--kernels", nargs="+", default=["avx2", "default"])
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--set", nargs="*", default=[], help="extra --set overrides for every run")
+    args = parser.parse_args()
+    print("| kernel | seed | base | stage 1 | stage 2 | stage 3 | always solved (1, 2) | result |")
+    print("|---|---|---|---|---|---|---|---|")
+    for kernel in args.kernels:
+        for seed in args.seeds:
+            r = measure(args.out, kernel, seed, args.set)
+            with open(args.out / "readings.jsonl", "a") as f:
+                f.write(json.dumps(r) + "\n")
+            vals = " | ".join(f"{r[k]:.1%}" for k in ("base", "stage1", "stage2", "stage3"))
+            print(f"| {kernel} | {seed} | {vals} | {r['always_solved']} | {r['result']} |", flush=True)
+
+
+if __name__ == "__main__":
+    main()
