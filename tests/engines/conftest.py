@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -19,5 +20,6 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """An untrained small Qwen2 (the engine's arithmetic does not care whether it can do sums)."""
     out = tmp_path_factory.mktemp("fsdp_model")
     tokenizer = train_tokenizer([f"Compute {a}+{b}. {a}+{b}={a + b}." for a in range(10) for b in range(10)])
-    build_tiny_model(tokenizer, seed=0, spec=SPEC).save_pretrained(out)
+    seed = int(os.environ.get("OR1_TEST_SEED", "0"))  # the tiny world's seed: see tests/conftest.py
+    build_tiny_model(tokenizer, seed=seed, spec=SPEC).save_pretrained(out)
     return out

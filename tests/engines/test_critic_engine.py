@@ -82,7 +82,8 @@ def test_values_read_the_state_before_each_response_token(one_rank: dict, model_
 
 def test_value_loss_falls_and_two_ranks_equal_one(one_rank: dict, tmp_path: Path, model_dir: Path) -> None:
     losses = [m["vf_loss"] for m in one_rank["history"]]
-    assert losses[-1] < 0.5 * losses[0], losses  # the head regresses onto the returns
+    # the head regresses onto the returns: last / first read 0.046-0.075 over AVX-512 / avx2 x OR1_TEST_SEED 0..2
+    assert losses[-1] < 0.5 * losses[0], losses
     two = run_ranks(tmp_path, model_dir, 2)
     torch.testing.assert_close(two["values"], one_rank["values"], atol=1e-5, rtol=1e-5)
     for a, b in zip(two["history"], one_rank["history"], strict=True):

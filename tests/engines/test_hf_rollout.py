@@ -13,6 +13,17 @@ from or1.models.warmstart import prompt_ids
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=40)
 
 
+# Greedy decoding through a KV cache and left padding and by full recomputation compute the same logits up to float
+# rounding (~1e-6), which differs with the batch's shapes and with the CPU's kernels. Where a trained model's top two
+# logits lie closer than this, either token is a right greedy choice and the two decodings may part there, so the
+# greedy comparisons below hold each response to the reference up to its first near-tie. Measured on the 8 prompts'
+# 40-token greedy decodings over AVX-512 / ATEN_CPU_CAPABILITY=avx2 x OR1_TEST_SEED 0..2: a left-padded batch and
+# each prompt alone differ by at most 2.2e-6 in the last position's logits, and the smallest top-two gap of the
+# session's tiny base was 4.2e-4 / 4.7e-3 / 2.7e-3 (AVX-512) and 6.0e-4 / 4.0e-3 / 9.1e-4 (avx2) for seeds 0 / 1 / 2,
+# so 1-2 near-ties in a few hundred steps is what to expect of some trajectory.
+NEAR_TIE = 1e-4
+
+
 @pytest.fixture(scope="module")
 def world(tiny_model_dir):
     model, tokenizer = load_causal_lm(tiny_model_dir), load_tokenizer(tiny_model_dir)
@@ -22,31 +33,55 @@ def world(tiny_model_dir):
     return model, tokenizer, prompts
 
 
+@pytest.fixture(scope="module")
+def references(world):
+    model, tokenizer, prompts = world
+    return [_reference_greedy(model, p, GREEDY.max_new_tokens, tokenizer.eos_token_id) for p in prompts]
+
+
 def _reference_greedy(model, prompt, steps, eos):
-    """Greedy decoding by full recomputation, no cache and no padding: the definition the engine must meet."""
+    """Greedy decoding by full recomputation, no cache and no padding: the definition the engine must meet.
+
+    Returns the tokens and how many of them come before the first near-tie (top two logits within NEAR_TIE).
+    """
     ids = list(prompt)
-    out = []
+    out, decided = [], None
     with torch.no_grad():
         for _ in range(steps):
-            token = int(model(torch.tensor([ids])).logits[0, -1].argmax())
+            logits = model(torch.tensor([ids])).logits[0, -1]
+            top = logits.topk(2).values
+            if decided is None and float(top[0] - top[1]) < NEAR_TIE:
+                decided = len(out)
+            token = int(logits.argmax())
             out.append(token)
             ids.append(token)
             if token == eos:
                 break
-    return out
+    return out, len(out) if decided is None else decided
 
 
-def test_greedy_matches_full_recomputation_despite_left_padding(world):
+def _assert_greedy(responses, references):
+    """Each response equals its reference up to the reference's first near-tie, and entirely where there is none;
+    near-ties are rare, so most reference tokens are compared (a broken cache or padding fails within them)."""
+    for response, (reference, decided) in zip(responses, references, strict=True):
+        if decided == len(reference):
+            assert response == reference
+        else:
+            assert response[:decided] == reference[:decided]
+    assert sum(d for _, d in references) >= 0.75 * sum(len(r) for r, _ in references)
+
+
+def test_greedy_matches_full_recomputation_despite_left_padding(world, references):
     model, tokenizer, prompts = world
-    out = HFRolloutEngine(model, tokenizer).generate_ids(prompts, GREEDY)
-    for prompt, response in zip(prompts, out.responses, strict=True):
-        assert response == _reference_greedy(model, prompt, GREEDY.max_new_tokens, tokenizer.eos_token_id)
+    _assert_greedy(HFRolloutEngine(model, tokenizer).generate_ids(prompts, GREEDY).responses, references)
 
 
-def test_greedy_matches_hf_generate(world):
+def test_greedy_matches_hf_generate(world, references):
     model, tokenizer, prompts = world
     ours = HFRolloutEngine(model, tokenizer, micro_batch_size=3).generate_ids(prompts, GREEDY).responses
-    for prompt, response in zip(prompts, ours, strict=True):
+    _assert_greedy(ours, references)
+    theirs_all = []
+    for prompt in prompts:
         with torch.no_grad():
             theirs = model.generate(
                 torch.tensor([prompt]),
@@ -55,10 +90,11 @@ def test_greedy_matches_hf_generate(world):
                 eos_token_id=tokenizer.eos_token_id,
                 pad_token_id=tokenizer.pad_token_id,
             )
-        assert response == theirs[0, len(prompt) :].tolist()
+        theirs_all.append(theirs[0, len(prompt) :].tolist())
+    _assert_greedy(theirs_all, references)  # transformers' own generate meets the same reference
 
 
-def test_rows_are_prompt_major_and_stop_tokens_end_responses(world):
+def test_rows_are_prompt_major_and_stop_tokens_end_responses(world, references):
     model, tokenizer, prompts = world
     engine = HFRolloutEngine(model, tokenizer, micro_batch_size=5)
     sampling = SamplingParams(n=3, temperature=1.0, max_new_tokens=24, seed=0)
@@ -76,7 +112,11 @@ def test_rows_are_prompt_major_and_stop_tokens_end_responses(world):
         engine.generate_ids([p], SamplingParams(temperature=0.0, max_new_tokens=24)).responses[0]
         for p in prompts
     ]
-    assert greedy.responses[0::2] == greedy.responses[1::2] == single
+    # the same prompt's rows in one batch: the same text
+    assert greedy.responses[0::2] == greedy.responses[1::2]
+    # batched (left-padded) and alone: each meets the reference (see NEAR_TIE)
+    _assert_greedy(greedy.responses[0::2], [(r[:24], min(d, 24)) for r, d in references])
+    _assert_greedy(single, [(r[:24], min(d, 24)) for r, d in references])
 
 
 def test_seeded_sampling_is_reproducible(world):
@@ -97,10 +137,20 @@ def test_tiny_top_p_is_greedy(world):
 
 
 def test_max_new_tokens_truncates(world):
+    """A response ends at max_new_tokens unless it hit eos before. At temperature 1 the tiny base sampled eos within
+    3 tokens in 1 of 128 samples on 3 of the 6 AVX-512 / avx2 x OR1_TEST_SEED 0..2 configurations (the old check
+    that every sample is truncated held only by its seed's luck), so each response is checked for what it is, and
+    most must be the truncated kind (32 of 32 were on all six)."""
     model, tokenizer, prompts = world
-    out = HFRolloutEngine(model, tokenizer).generate_ids(prompts, SamplingParams(max_new_tokens=3, seed=0))
-    assert all(len(r) == 3 for r in out.responses)
-    assert all(out.truncated)
+    sampling = SamplingParams(n=4, max_new_tokens=3, seed=0)
+    out = HFRolloutEngine(model, tokenizer).generate_ids(prompts, sampling)
+    eos = tokenizer.eos_token_id
+    for response, truncated in zip(out.responses, out.truncated, strict=True):
+        if truncated:
+            assert len(response) == 3 and eos not in response
+        else:
+            assert len(response) <= 3 and response[-1] == eos and eos not in response[:-1]
+    assert sum(out.truncated) >= 0.75 * len(out.responses)
 
 
 def test_custom_stop_tokens(world):
