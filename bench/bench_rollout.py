@@ -55,8 +55,9 @@ class _Ids:
 
 def engines(folder: Path, tiny: bool):
     from or1.engines.hf_rollout import HFRolloutEngine
-    from or1.engines.loading import load_causal_lm, load_tokenizer
+    from or1.engines.loading import load_causal_lm
     from or1.engines.vllm_rollout import VLLMRolloutEngine
+    from or1.tokens import load_tokenizer
 
     tokenizer = load_tokenizer(folder) if tiny else _Ids()
     eos = tokenizer.eos_token_id

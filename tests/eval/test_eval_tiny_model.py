@@ -88,9 +88,10 @@ def test_livecodebench_on_the_tiny_model_resumes_after_a_kill(
 def test_training_validation_path_on_the_tiny_model(tiny_model_dir: Path) -> None:
     from or1.data.synthetic_math import math_row, validation_problems
     from or1.engines.hf_rollout import HFRolloutEngine
-    from or1.engines.loading import load_causal_lm, load_tokenizer
+    from or1.engines.loading import load_causal_lm
     from or1.eval.generation import engine_generate_fn
     from or1.eval.runner import evaluate_rows
+    from or1.tokens import load_tokenizer
 
     tokenizer = load_tokenizer(tiny_model_dir)
     engine = HFRolloutEngine(load_causal_lm(tiny_model_dir), tokenizer, micro_batch_size=8)

@@ -13,8 +13,8 @@ import pytest
 import torch
 
 from or1.config.loading import resolve
-from or1.engines.loading import load_tokenizer
 from or1.hybrid import ResourcePool, colocate, ray_session
+from or1.tokens import load_tokenizer
 from or1.trainer.data import PromptLoader
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 

@@ -45,8 +45,8 @@ class Grader:
         micro_batch_size: int = 128,
     ):
         self.sampling, self.reward_workers = sampling, reward_workers
-        from or1.engines.loading import load_tokenizer
-        from or1.engines.rollout import load_rollout_engine
+        from or1.engines.loading import load_rollout_engine
+        from or1.tokens import load_tokenizer
 
         self.tokenizer = load_tokenizer(model_path)
         self.engine = load_rollout_engine(engine, model_path, micro_batch_size=micro_batch_size)
@@ -55,7 +55,7 @@ class Grader:
         """{"solved": count per row, "node": where this ran}; the chunk's seed derives from its first prompt."""
         from or1.engines.rollout import SamplingParams
         from or1.rewards.score import score_batch
-        from or1.trainer.data import encode_prompt
+        from or1.tokens import prompt_ids
 
         s = self.sampling
         seed = (int(prompt_key(rows[0]), 16) + s.seed) % 2**31
@@ -63,7 +63,7 @@ class Grader:
             n=s.n, temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=seed
         )
         generations = self.engine.generate_ids(
-            [encode_prompt(self.tokenizer, r["prompt"]) for r in rows], params
+            [prompt_ids(self.tokenizer, r["prompt"]) for r in rows], params
         )
         texts = self.tokenizer.batch_decode(generations.responses, skip_special_tokens=True)
         scored = score_batch(

@@ -14,8 +14,9 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from or1.engines.attention import use_grouped_sdpa
-from or1.engines.rollout import Generations, SamplingParams, check_prompts, pad_id_of
+from or1.engines.rollout import Generations, SamplingParams, check_prompts
 from or1.errors import UserError
+from or1.tokens import pad_id
 
 
 class HFRolloutEngine:
@@ -33,7 +34,7 @@ class HFRolloutEngine:
             use_grouped_sdpa(model)
         self.model = model
         self.micro_batch_size = micro_batch_size
-        self.pad_token_id = pad_id_of(tokenizer)
+        self.pad_token_id = pad_id(tokenizer)
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos = tokenizer.eos_token_id if eos is None else eos
         self.default_stop_ids = [eos] if isinstance(eos, int) else list(eos)

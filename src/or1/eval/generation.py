@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from or1.engines.rollout import RolloutEngine, SamplingParams, load_rollout_engine
+from or1.engines.rollout import RolloutEngine, SamplingParams
 from or1.eval.protocols import EvalSampling
+from or1.tokens import prompt_ids
 
 Messages = list[dict[str, str]]
 
@@ -34,16 +35,10 @@ DEFAULT_BATCH = {
 }  # samples per generate call: small on CPU, large enough to fill a GPU
 
 
-def chat_ids(tokenizer: Any, messages: Messages) -> list[int]:
-    """Token ids of `messages` under the tokenizer's chat template, ready for the assistant's turn."""
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return tokenizer.encode(text, add_special_tokens=False)
-
-
 def _completions(
     engine: RolloutEngine, tokenizer: Any, prompts: list[Messages], params: Any
 ) -> list[Completion]:
-    out = engine.generate_ids([chat_ids(tokenizer, m) for m in prompts], params)
+    out = engine.generate_ids([prompt_ids(tokenizer, m) for m in prompts], params)
     return [
         Completion(tokenizer.decode(ids, skip_special_tokens=True), len(ids), cut)
         for ids, cut in zip(out.responses, out.truncated, strict=True)
@@ -89,7 +84,8 @@ def engine_generate_fn(
 
 def load_sampler(engine: str, model: Path | str, sampling: EvalSampling) -> Sampler:
     """The Sampler of rollout engine `engine` ("hf" or "vllm") over a saved model (float32 on CPU, bf16 on GPU)."""
-    from or1.engines.loading import load_tokenizer
+    from or1.engines.loading import load_rollout_engine
+    from or1.tokens import load_tokenizer
 
     return engine_sampler(
         load_rollout_engine(engine, model, seed=sampling.seed), load_tokenizer(model), sampling

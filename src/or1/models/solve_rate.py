@@ -14,10 +14,10 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from or1.data.synthetic import math_validation_rows
-from or1.engines.loading import load_tokenizer
-from or1.engines.rollout import RolloutEngine, SamplingParams, load_rollout_engine
-from or1.models.warmstart import prompt_ids
+from or1.engines.loading import load_rollout_engine
+from or1.engines.rollout import RolloutEngine, SamplingParams
 from or1.rewards.math import verify_math
+from or1.tokens import load_tokenizer, prompt_ids
 
 
 @dataclass(frozen=True)

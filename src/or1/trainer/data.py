@@ -18,6 +18,7 @@ from or1.data.records import prompt_key
 from or1.data.schema import read_rows
 from or1.errors import UserError
 from or1.hybrid.batch import Batch
+from or1.tokens import prompt_ids
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -26,12 +27,6 @@ if TYPE_CHECKING:
 def read_prompt_rows(path: str | Path) -> list[dict[str, Any]]:
     """or1 rows from a .parquet, .jsonl or .json file (checked against the row schema)."""
     return read_rows(path)
-
-
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, str]]) -> list[int]:
-    """Chat template with the assistant header appended, then token ids (no extra special tokens)."""
-    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 @dataclass
@@ -59,7 +54,7 @@ class PromptLoader:
         rows = [row for f in files for row in read_prompt_rows(f)]
         if keep_keys is not None:  # online filtering between stages keeps only these prompts
             rows = [r for r in rows if prompt_key(r) in keep_keys]
-        encoded = [(row, encode_prompt(tokenizer, row["prompt"])) for row in rows]
+        encoded = [(row, prompt_ids(tokenizer, row["prompt"])) for row in rows]
         self.too_long = sum(len(ids) > max_prompt_length for _, ids in encoded)
         self.rows = [(row, ids) for row, ids in encoded if len(ids) <= max_prompt_length]
         if len(self.rows) < batch_size:

@@ -23,13 +23,13 @@ from or1.algos.entropy_control import AdaptiveEntropyController
 from or1.algos.online_filter import PROMPT_STATS_FILE, PromptStats, online_filter
 from or1.config.loading import dump, load_recipe, resolve, stage_names
 from or1.config.schema import RunConfig
-from or1.engines.loading import load_tokenizer
 from or1.errors import UserError
 from or1.hybrid import ResourcePool, WorkerError, WorkerGroup, colocate, ray_session
 from or1.hybrid.cluster import local_cpus
 from or1.preflight import check_data_files, check_model, check_train
 from or1.report import refresh_report
 from or1.stop import StopFlag
+from or1.tokens import load_tokenizer
 from or1.trainer.checkpoint import CheckpointManager
 from or1.trainer.data import PromptLoader, prompt_key, read_prompt_rows
 from or1.trainer.loop import Trainer, restore, train

@@ -17,7 +17,7 @@ from or1.eval.benchmarks import load_benchmark
 from or1.hybrid.batch import Batch
 from or1.hybrid.dispatch import balanced_order
 from or1.hybrid.worker_group import WorkerGroup
-from or1.trainer.data import encode_prompt
+from or1.tokens import prompt_ids
 from or1.trainer.rewards import REWARD_COLUMNS, RewardManager
 
 
@@ -35,7 +35,7 @@ def load_validation_sets(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> 
     for spec in val.sets:
         data = load_benchmark(spec)
         rows = data.rows[: val.max_problems] if val.max_problems else data.rows
-        encoded = [(row, encode_prompt(tokenizer, row["prompt"])) for row in rows]
+        encoded = [(row, prompt_ids(tokenizer, row["prompt"])) for row in rows]
         kept = [(row, ids) for row, ids in encoded if len(ids) <= cfg.data.max_prompt_length]
         if not kept:
             raise UserError(

@@ -31,11 +31,12 @@ import torch.distributed as dist
 
 from or1.algos.losses import LossConfig
 from or1.config.schema import RunConfig
-from or1.engines.loading import load_causal_lm, load_tokenizer
-from or1.engines.rollout import RolloutEngine, SamplingParams, pad_id_of, stop_ids_of
+from or1.engines.loading import load_rollout_engine
+from or1.engines.rollout import RolloutEngine, SamplingParams
 from or1.hybrid.batch import Batch
 from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.worker import Worker
+from or1.tokens import load_tokenizer
 
 MODEL_DIR = "model"  # inside a checkpoint folder: the HF model (+ optimizer.pt)
 TRAIN_COLUMNS = ("input_ids", "attention_mask", "responses", "response_mask")
@@ -84,30 +85,23 @@ class ActorRolloutRefWorker(Worker):
             [dist.new_group(list(range(g, g + tp))) for g in range(0, self.world_size, tp)] if tp > 1 else []
         )
         self.tp_group = groups[self.tp_index] if groups else None
-        if r.engine == "vllm":
-            from or1.engines.vllm_rollout import VLLMRolloutEngine
-
-            if self.device.type == "cuda":
-                # vLLM's external launcher takes cuda:<LOCAL_RANK>; Ray shows each rank only its own GPU (cuda:0)
-                os.environ["LOCAL_RANK"] = str(self.device.index)
-
-            return VLLMRolloutEngine(
-                self.model_path,
-                stop_ids_of(self.model_path, self.tokenizer),
-                pad_token_id=pad_id_of(self.tokenizer),
-                dtype=dtype,
-                max_model_len=self.cfg.data.max_prompt_length + self._longest_response(),
-                seed=self.cfg.trainer.seed,
-                tensor_parallel_size=tp,
-                gpu_memory_utilization=r.gpu_memory_utilization,
-                cpu_kv_cache_gib=r.cpu_kv_cache_gib,
-                distributed=True,  # every rank builds its engine in this same call (ONE_TO_ALL)
-            )
-        from or1.engines.fsdp import DTYPES
-        from or1.engines.hf_rollout import HFRolloutEngine
-
-        model = load_causal_lm(self.model_path, dtype=DTYPES[dtype]).to(self.device)
-        return HFRolloutEngine(model, self.tokenizer, micro_batch_size=r.micro_batch_size)
+        if r.engine == "vllm" and self.device.type == "cuda":
+            # vLLM's external launcher takes cuda:<LOCAL_RANK>; Ray shows each rank only its own GPU (cuda:0)
+            os.environ["LOCAL_RANK"] = str(self.device.index)
+        return load_rollout_engine(
+            r.engine,
+            self.model_path,
+            tokenizer=self.tokenizer,
+            device=self.device,
+            dtype=dtype,
+            max_model_len=self.cfg.data.max_prompt_length + self._longest_response(),
+            micro_batch_size=r.micro_batch_size,
+            seed=self.cfg.trainer.seed,
+            tensor_parallel_size=tp,
+            gpu_memory_utilization=r.gpu_memory_utilization,
+            cpu_kv_cache_gib=r.cpu_kv_cache_gib,
+            distributed=True,  # every rank builds its vLLM engine in this same call (ONE_TO_ALL)
+        )
 
     def _longest_response(self) -> int:
         """The largest budget this worker samples with: training's, or validation's when larger."""
