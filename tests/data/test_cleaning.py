@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 
 from or1.data import filters
+from or1.data.converters import MATH_SUFFIX
 from or1.data.dedup import ContaminationIndex, NearDuplicates, exact_key, ngrams, normalize, words
 from or1.data.schema import make_row
-from or1.eval.converters import MATH_SUFFIX
 
 
 def math(problem: str, answers: list[str], **extra) -> dict:

@@ -13,10 +13,10 @@ import yaml
 from typer.testing import CliRunner
 
 from or1.cli import app
+from or1.data.benchmarks import SHARED_BENCHMARKS
 from or1.data.pipeline import prepare
 from or1.data.records import read_records
 from or1.data.spec import load_spec
-from or1.eval.benchmarks import SHARED_BENCHMARKS
 
 SOLUTION = "Adding gives $\\boxed{{{}}}$."
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from or1.eval.benchmarks import SHARED_BENCHMARKS, load_benchmark
+from or1.data.benchmarks import SHARED_BENCHMARKS, load_benchmark
 from or1.eval.runner import evaluate_rows
 
 pytestmark = pytest.mark.skipif(not SHARED_BENCHMARKS.is_dir(), reason="../shared/benchmarks is not present")

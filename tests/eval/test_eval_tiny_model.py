@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from or1.data.benchmarks import SHARED_BENCHMARKS, file_sha256
 from or1.eval import runner
-from or1.eval.benchmarks import SHARED_BENCHMARKS, file_sha256
 from or1.eval.report import model_fingerprint
 from or1.eval.runner import run_eval
 

@@ -9,7 +9,7 @@ import pytest
 from typer.testing import CliRunner
 
 from or1.cli import app
-from or1.eval.benchmarks import SHARED_BENCHMARKS
+from or1.data.benchmarks import SHARED_BENCHMARKS
 from or1.models.tiny import TinyModelSpec, build_tiny_model
 from or1.models.tokenizer import train_tokenizer
 

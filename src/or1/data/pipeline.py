@@ -194,7 +194,7 @@ def _dedup(spec: DataSpec, items: list[Item], tick: Tick) -> list[Verdict]:
 
 def evaluation_problems(spec: DataSpec) -> list[tuple[str, str]]:
     """(name, problem text) of every evaluation problem the spec decontaminates against."""
-    from or1.eval.benchmarks import SHARED_BENCHMARKS, load_benchmark
+    from or1.data.benchmarks import SHARED_BENCHMARKS, load_benchmark
 
     cfg = spec.decontaminate
     shared = Path(cfg.benchmark_dir) if cfg.benchmark_dir else SHARED_BENCHMARKS
@@ -334,7 +334,7 @@ def _versions() -> dict[str, str]:
 def _write_manifest(
     out: Path, spec_path: Path, spec: DataSpec, raw: dict[str, Any], report: dict[str, Any]
 ) -> None:
-    from or1.eval.benchmarks import file_sha256
+    from or1.data.benchmarks import file_sha256
 
     manifest = {
         "spec": {"path": str(spec_path.resolve()), "sha256": file_sha256(spec_path), "content": raw},

@@ -42,7 +42,7 @@ def iter_source(source: SourceSpec) -> Iterator[tuple[int, dict[str, Any] | BadR
 
 def provenance(source: SourceSpec) -> Provenance:
     if source.path:
-        from or1.eval.benchmarks import file_sha256
+        from or1.data.benchmarks import file_sha256
 
         path = Path(source.path)
         return Provenance(source.name, str(path.resolve()), sha256=file_sha256(path))

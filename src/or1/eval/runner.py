@@ -27,8 +27,8 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from or1.data.benchmarks import load_benchmark
 from or1.errors import UserError
-from or1.eval.benchmarks import load_benchmark
 from or1.eval.generation import DEFAULT_BATCH, Completion, Messages, Sampler, load_sampler
 from or1.eval.metrics import Metrics, compute_metrics
 from or1.eval.protocols import PROTOCOLS, EvalSampling, resolve_sampling

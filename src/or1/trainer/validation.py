@@ -12,8 +12,8 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from or1.config.schema import RunConfig
+from or1.data.benchmarks import load_benchmark
 from or1.errors import UserError
-from or1.eval.benchmarks import load_benchmark
 from or1.hybrid.batch import Batch
 from or1.hybrid.dispatch import balanced_order
 from or1.hybrid.worker_group import WorkerGroup

@@ -18,8 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from or1.data import records
+from or1.data.converters import record_date, to_or1_row
 from or1.errors import UserError
-from or1.eval.converters import record_date, to_or1_row
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 SHARED_BENCHMARKS = REPO_ROOT.parent / "shared" / "benchmarks"

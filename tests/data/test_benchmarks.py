@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from or1.data.benchmarks import REGISTRY, SHARED_BENCHMARKS, load_benchmark
+from or1.data.converters import decode_private_tests, method_name
 from or1.data.schema import validate_row, write_rows
 from or1.errors import UserError
-from or1.eval.benchmarks import REGISTRY, SHARED_BENCHMARKS, load_benchmark
-from or1.eval.converters import decode_private_tests, method_name
 
 shared = pytest.mark.skipif(not SHARED_BENCHMARKS.is_dir(), reason="../shared/benchmarks is not present")
 
