@@ -10,8 +10,8 @@ import yaml
 from rich.console import Console
 from safetensors.torch import load_file
 
-from or1.trainer.run import FINAL_CRITIC_DIR, run_train
-from or1.trainer.summary import SUMMARY_FILE
+from or1.layout import FINAL_CRITIC_DIR, SUMMARY_FILE
+from or1.trainer.run import run_train
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 

@@ -10,7 +10,8 @@ import torch
 from rich.console import Console
 from run_files import metrics, weights
 
-from or1.trainer.run import FINAL_CRITIC_DIR, run_train
+from or1.layout import FINAL_CRITIC_DIR
+from or1.trainer.run import run_train
 
 # Adam's first step moves each weight by ~lr * sign(grad): float rounding may flip the sign of a near-zero gradient
 LR = 1e-4

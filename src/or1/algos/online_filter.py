@@ -18,8 +18,6 @@ import torch
 from or1.algos.filters import as_numpy
 from or1.errors import UserError
 
-PROMPT_STATS_FILE = "prompt_stats.parquet"
-
 
 class PromptStats:
     """Per-prompt solve counts over one stage (attempts and solved responses per prompt uid).

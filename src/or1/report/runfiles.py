@@ -16,12 +16,8 @@ from typing import Any
 import yaml
 
 from or1.errors import UserError
+from or1.layout import CONFIG_FILE, EVAL_DIR, METRICS_FILE, STAGE_DIR, SUMMARY_FILE
 
-STAGE_DIR = re.compile(r"stage(\d+)")
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "summary.json"
-EVAL_DIR = "eval"
 # Validation accuracy keys: val/<set>/t<temperature>/avg@<n>.
 VAL_ACCURACY = re.compile(r"^val/(?P<set>.+)/t(?P<temperature>[^/]+)/avg@(?P<n>\d+)$")
 

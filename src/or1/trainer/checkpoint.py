@@ -22,6 +22,7 @@ import numpy as np
 import torch
 
 from or1.errors import UserError
+from or1.layout import CHECKPOINTS_DIR
 
 CONTROLLER_FILE = "controller.pt"
 LATEST_FILE = "latest"
@@ -32,7 +33,7 @@ class CheckpointManager:
     """Writes, finds and prunes the checkpoints of one stage directory."""
 
     def __init__(self, stage_dir: Path, keep: int):
-        self.root = stage_dir / "checkpoints"
+        self.root = stage_dir / CHECKPOINTS_DIR
         self.keep = keep
 
     def begin(self, step: int) -> Path:

@@ -19,11 +19,8 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from or1.hybrid.batch import Batch
+from or1.layout import METRICS_FILE, SAMPLES_DIR, TENSORBOARD_DIR
 from or1.preflight import require_wandb
-
-METRICS_FILE = "metrics.jsonl"
-SAMPLES_DIR = "samples"
-TENSORBOARD_DIR = "tensorboard"
 
 
 class PhaseTimer:

