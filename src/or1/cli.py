@@ -161,7 +161,7 @@ def prepare_data(
         _check_preset(preset or "tiny")
         write_tiny_dataset(out, seed, overwrite=overwrite)
         return
-    from or1.data.pipeline import prepare
+    from or1.prepare.pipeline import prepare
 
     if spec is not None and preset is not None:
         raise UserError("give --spec or --preset, not both.")

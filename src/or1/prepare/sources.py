@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from or1.data.records import BadRecord, iter_records
-from or1.data.spec import SourceSpec
 from or1.errors import UserError
+from or1.prepare.spec import SourceSpec
 
 TINY_CODE_VALIDATION_SIZE = 25  # what `write_tiny_dataset` uses by default
 

@@ -23,15 +23,15 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from or1.data import dedup, filters
-from or1.data.adapters import Context, Malformed, adapt
-from or1.data.difficulty import CACHE_FILE, GradeRun, Sampling, grade_rows
 from or1.data.records import BadRecord, read_records
-from or1.data.report import Ledger, write_report
 from or1.data.schema import write_rows
-from or1.data.sources import iter_source, provenance
-from or1.data.spec import DataSpec, SourceSpec, load_spec
 from or1.errors import UserError
+from or1.prepare import dedup, filters
+from or1.prepare.adapters import Context, Malformed, adapt
+from or1.prepare.difficulty import CACHE_FILE, GradeRun, Sampling, grade_rows
+from or1.prepare.ledger import Ledger, write_report
+from or1.prepare.sources import iter_source, provenance
+from or1.prepare.spec import DataSpec, SourceSpec, load_spec
 
 MALFORMED, NOT_SELECTED = "malformed", "not_selected"
 DUPLICATE, NEAR_DUPLICATE, CONTAMINATED = "duplicate", "near_duplicate", "contaminated"

@@ -14,9 +14,9 @@ from typer.testing import CliRunner
 
 from or1.cli import app
 from or1.data.benchmarks import SHARED_BENCHMARKS
-from or1.data.pipeline import prepare
 from or1.data.records import read_records
-from or1.data.spec import load_spec
+from or1.prepare.pipeline import prepare
+from or1.prepare.spec import load_spec
 
 SOLUTION = "Adding gives $\\boxed{{{}}}$."
 
