@@ -52,9 +52,10 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             )
             raise typer.Exit(stop.exit_code) from None
         except KeyboardInterrupt:
-            # commands without a graceful stop write their files whole or not at all (temporary file + rename)
+            # commands without a graceful stop write their output files whole or not at all (or1.atomic)
             err_console.print(
-                f"interrupted: no output file was left half-written; to start again, run: {escape(rerun_command())}",
+                "interrupted: finished output files are whole (each is written aside, then renamed); to start "
+                f"again, run: {escape(rerun_command())}",
                 style="yellow",
                 highlight=False,
                 soft_wrap=True,

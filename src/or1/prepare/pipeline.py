@@ -23,6 +23,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
+from or1.atomic import atomic_path, write_text_atomically
 from or1.data.records import BadRecord, read_records
 from or1.data.schema import write_rows
 from or1.errors import UserError
@@ -304,21 +305,24 @@ def _write_outputs(spec: DataSpec, items: list[Item], out: Path) -> dict[str, tu
 
 
 def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
-    """write_rows; when sources disagree on an extra_info field's type (TACO's "EASY" and Omni-MATH's 6.5 as
-    `difficulty`), such values are written as JSON text instead."""
+    """write_rows, atomically; when sources disagree on an extra_info field's type (TACO's "EASY" and Omni-MATH's
+    6.5 as `difficulty`), such values are written as JSON text instead."""
     import pyarrow as pa
 
-    try:
-        return write_rows(path, rows)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        keep = {"index", "model_difficulty"}
-        for row in rows:
-            extra = row.get("extra_info") or {}
-            row["extra_info"] = {
-                k: v if k in keep or isinstance(v, str) else json.dumps(v, default=str)
-                for k, v in extra.items()
-            }
-        return write_rows(path, rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        try:
+            write_rows(tmp, rows)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            keep = {"index", "model_difficulty"}
+            for row in rows:
+                extra = row.get("extra_info") or {}
+                row["extra_info"] = {
+                    k: v if k in keep or isinstance(v, str) else json.dumps(v, default=str)
+                    for k, v in extra.items()
+                }
+            write_rows(tmp, rows)
+    return path
 
 
 def _versions() -> dict[str, str]:
@@ -343,4 +347,6 @@ def _write_manifest(
         "counts": {"sources": report["sources"], "outputs": report.get("outputs", {})},
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False, default=str) + "\n")
+    write_text_atomically(
+        out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False, default=str) + "\n"
+    )

@@ -11,12 +11,12 @@ is written to a temporary file and renamed into place, so it never holds half th
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from or1.atomic import atomic_path
 from or1.errors import UserError
 from or1.preflight import check_output_file
 from or1.rewards.result import Result
@@ -122,8 +122,7 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     """
     fmt = _format_of(path, "OUTPUT")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with atomic_path(path) as tmp:
         if fmt == "parquet":
             import pyarrow as pa
             import pyarrow.parquet as pq
@@ -137,9 +136,6 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
             with tmp.open("w", encoding="utf-8") as handle:
                 for row in rows:
                     handle.write(_json_line(row))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _score_with_progress(
