@@ -7,8 +7,8 @@ from rich.console import Console
 
 from or1.algos.online_filter import PromptStats
 from or1.config.loading import resolve
+from or1.data.records import prompt_key
 from or1.layout import PROMPT_STATS_FILE
-from or1.trainer.data import prompt_key
 from or1.trainer.run import filtered_prompts
 
 

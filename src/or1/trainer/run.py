@@ -22,6 +22,8 @@ from or1.algos.entropy_control import AdaptiveEntropyController
 from or1.algos.online_filter import PromptStats, online_filter
 from or1.config.loading import dump, load_recipe, resolve, stage_names
 from or1.config.schema import RunConfig
+from or1.data.records import prompt_key
+from or1.data.schema import read_rows
 from or1.errors import UserError
 from or1.hybrid import ResourcePool, WorkerError, WorkerGroup, colocate, ray_session
 from or1.hybrid.cluster import local_cpus
@@ -40,9 +42,9 @@ from or1.report import refresh_report
 from or1.stop import StopFlag
 from or1.tokens import load_tokenizer
 from or1.trainer.checkpoint import CheckpointManager
-from or1.trainer.data import PromptLoader, prompt_key, read_prompt_rows
 from or1.trainer.loop import Trainer, restore, train
 from or1.trainer.metrics import MetricsLogger
+from or1.trainer.prompt_loader import PromptLoader
 from or1.trainer.rewards import RewardManager
 from or1.trainer.summary import stage_summary, summary_lines, write_summary
 from or1.trainer.validation import ValidationSet, load_validation_sets
@@ -432,7 +434,7 @@ def filtered_prompts(
     if cfg.stage.index == 1 or not cfg.algorithm.online_filter:
         return None, {}
     dropped = {}
-    kept = [prompt_key(row) for f in cfg.data.train_files for row in read_prompt_rows(f)]
+    kept = [prompt_key(row) for f in cfg.data.train_files for row in read_rows(f)]
     total = len(kept)
     for earlier in range(1, cfg.stage.index):
         stats = PromptStats.load(stage_directory(stage_dir.parent, earlier) / PROMPT_STATS_FILE)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,15 +18,11 @@ from or1.data.records import prompt_key
 from or1.data.schema import read_rows
 from or1.errors import UserError
 from or1.hybrid.batch import Batch
+from or1.hybrid.columns import ABILITY, DATA_SOURCE, PROMPT_IDS, PROMPT_KEY, REWARD_MODEL, UID
 from or1.tokens import prompt_ids
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
-
-
-def read_prompt_rows(path: str | Path) -> list[dict[str, Any]]:
-    """or1 rows from a .parquet, .jsonl or .json file (checked against the row schema)."""
-    return read_rows(path)
 
 
 @dataclass
@@ -51,7 +47,7 @@ class PromptLoader:
         shuffle: bool = True,
         keep_keys: set[str] | None = None,
     ):
-        rows = [row for f in files for row in read_prompt_rows(f)]
+        rows = [row for f in files for row in read_rows(f)]
         if keep_keys is not None:  # online filtering between stages keeps only these prompts
             rows = [r for r in rows if prompt_key(r) in keep_keys]
         encoded = [(row, prompt_ids(tokenizer, row["prompt"])) for row in rows]
@@ -84,14 +80,14 @@ class PromptLoader:
         self.state.position += self.batch_size
         picked = [self.rows[i] for i in order]
         columns = {
-            "prompt_ids": [ids for _, ids in picked],
-            "uid": [
+            PROMPT_IDS: [ids for _, ids in picked],
+            UID: [
                 f"{step}.{round_}-{j}" if round_ else f"{step}-{j}" for j in range(len(picked))
             ],  # GRPO groups
-            "prompt_key": [prompt_key(row) for row, _ in picked],
-            "ability": [row["ability"] for row, _ in picked],
-            "reward_model": [dict(row["reward_model"]) for row, _ in picked],
-            "data_source": [row["data_source"] for row, _ in picked],
+            PROMPT_KEY: [prompt_key(row) for row, _ in picked],
+            ABILITY: [row["ability"] for row, _ in picked],
+            REWARD_MODEL: [dict(row["reward_model"]) for row, _ in picked],
+            DATA_SOURCE: [row["data_source"] for row, _ in picked],
         }
         return Batch.from_dict(columns, meta={"step": step, "seed": self.seed + 1_000_003 * round_})
 
