@@ -17,8 +17,8 @@ from datetime import date
 from pathlib import Path
 from typing import Any
 
-from or1.data import records
 from or1.data.converters import record_date, to_or1_row
+from or1.data.records import read_records
 from or1.errors import UserError
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -138,11 +138,6 @@ def file_sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Records of a .parquet, .jsonl or .json (a list, or an object holding one list) file."""
-    return records.read_records(path, what="Benchmark file")
-
-
 def _convert(name: str, ability: str, records: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
     source = f"test-{ability}-{name}"
     rows = []
@@ -169,7 +164,7 @@ def _windowed(
 
 
 def _from_file(name: str, ability: str, path: Path, window: tuple[date, date] | None) -> BenchmarkData:
-    records, note = _windowed(read_records(path), window)
+    records, note = _windowed(read_records(path, what="Benchmark file"), window)
     rows = _convert(name, ability, records, str(path))
     return BenchmarkData(name, ability, rows, str(path.resolve()), file_sha256(path), note)
 
@@ -194,7 +189,7 @@ def _from_hub(spec: Benchmark, window: tuple[date, date] | None) -> BenchmarkDat
 
 def _ability_of_file(path: Path) -> str:
     """An or1-row file names its ability per row; the first row's decides which scorer defaults apply."""
-    records = read_records(path)
+    records = read_records(path, what="Benchmark file")
     ability = records[0].get("ability") if records and isinstance(records[0], dict) else None
     if ability not in ("math", "code"):
         raise UserError(
