@@ -61,27 +61,6 @@ def engine_sampler(engine: RolloutEngine, tokenizer: Any, sampling: EvalSampling
     return sample
 
 
-def engine_generate_fn(
-    engine: RolloutEngine,
-    tokenizer: Any,
-    *,
-    temperature: float,
-    top_p: float,
-    max_tokens: int,
-    seed: int | None = None,
-) -> Callable[[list[Messages], int], list[list[Completion]]]:
-    """A `generate_fn` for `runner.evaluate_rows` over a loaded engine: n samples per prompt, prompt-major."""
-
-    def generate(prompts: list[Messages], n: int) -> list[list[Completion]]:
-        params = SamplingParams(
-            n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_tokens, seed=seed
-        )
-        flat = _completions(engine, tokenizer, prompts, params)
-        return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
-
-    return generate
-
-
 def load_sampler(engine: str, model: Path | str, sampling: EvalSampling) -> Sampler:
     """The Sampler of rollout engine `engine` ("hf" or "vllm") over a saved model (float32 on CPU, bf16 on GPU)."""
     from or1.engines.loading import load_rollout_engine

@@ -99,13 +99,6 @@ def _last_complete_box(text: str, boxes: list[re.Match[str]]) -> int | None:
     return None
 
 
-def last_boxed(text: str) -> str | None:
-    """Content of the last complete `\\boxed{...}`/`\\fbox{...}`; raises AnswerTooComplex for oversized boxes."""
-    boxes = list(_BOX_RE.finditer(text))
-    index = _last_complete_box(text, boxes)
-    return None if index is None else _balanced_body(text, boxes[index].end())
-
-
 def boxed_run(text: str) -> list[str]:
     """The answers of the run of boxes that ends with the last complete box (one item for a lone box).
 
@@ -151,12 +144,6 @@ def _statement_answer(rest: str) -> str:
     line = rest.split("\n", 1)[0]
     sentence = re.split(r"\.(?:\s|$)", line, maxsplit=1)[0]
     return sentence.strip().rstrip(".")
-
-
-def statement_answer(text: str) -> str | None:
-    """The answer of the last "final answer is X" / "Answer: X" statement in the tail of `text`, if any."""
-    found = _statement(text)
-    return None if found is None else found[0]
 
 
 def _minerva(text: str) -> Extraction | None:
