@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -10,6 +11,12 @@ import torch
 # One intra-op thread: the tiny model gains little from a second one, and on a shared 2-core machine spinning OpenMP
 # threads slowed the engine tests tenfold when other processes held the cores.
 torch.set_num_threads(1)
+
+# The shared benchmark files beside this checkout, when it has them: tests find them through the OR1_BENCHMARKS
+# setting (or1.data.benchmarks), as a user's own folder would be found; without them those tests skip.
+SHARED_BENCHMARKS = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
+if SHARED_BENCHMARKS.is_dir():
+    os.environ.setdefault("OR1_BENCHMARKS", str(SHARED_BENCHMARKS))
 
 # A shorter warm start than the preset's keeps the session setup near 40 s; it still solves some 3-4 operand tasks.
 TEST_SFT_STEPS = 120

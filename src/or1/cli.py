@@ -309,7 +309,8 @@ def eval_command(
     top_p: Annotated[float | None, typer.Option("--top-p", help="Override the protocol's top_p.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Override the protocol's response budget.")] = None,
     data: Annotated[
-        Path | None, typer.Option(help="Local file of the benchmark (else shared copy, else hub).")
+        Path | None,
+        typer.Option(help="Local file of the benchmark (else its file under $OR1_BENCHMARKS, else the hub)."),
     ] = None,
     engine: Annotated[str, typer.Option(help="hf (CPU or GPU) or vllm (GPU, the vllm extra).")] = "hf",
     out: Annotated[Path | None, typer.Option(help="Output folder (default under runs/).")] = None,

@@ -4,14 +4,19 @@ from __future__ import annotations
 
 import pytest
 
-from or1.data.benchmarks import SHARED_BENCHMARKS, load_benchmark
+from or1.data.benchmarks import benchmark_folder, load_benchmark
 from or1.eval.generation import Completion
 from or1.eval.metrics import Metrics, compute_metrics
 from or1.eval.runner import problem_id
 from or1.eval.samples import SampleRecord
 from or1.eval.scoring import group_problems, score_completions
 
-pytestmark = pytest.mark.skipif(not SHARED_BENCHMARKS.is_dir(), reason="../shared/benchmarks is not present")
+BENCHMARKS = benchmark_folder()
+
+pytestmark = pytest.mark.skipif(
+    BENCHMARKS is None or not BENCHMARKS.is_dir(),
+    reason="no benchmark folder (OR1_BENCHMARKS; tests set it to ../shared/benchmarks when present)",
+)
 
 STDIN_SOLUTION = """```python
 n = int(input())

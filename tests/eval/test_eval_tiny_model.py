@@ -7,12 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from or1.data.benchmarks import SHARED_BENCHMARKS, file_sha256
+from or1.data.benchmarks import benchmark_folder, file_sha256
 from or1.eval import runner
 from or1.eval.report import model_fingerprint
 from or1.eval.runner import run_eval
 
-pytestmark = pytest.mark.skipif(not SHARED_BENCHMARKS.is_dir(), reason="../shared/benchmarks is not present")
+BENCHMARKS = benchmark_folder()
+
+pytestmark = pytest.mark.skipif(
+    BENCHMARKS is None or not BENCHMARKS.is_dir(),
+    reason="no benchmark folder (OR1_BENCHMARKS; tests set it to ../shared/benchmarks when present)",
+)
 
 
 def lines(out: Path) -> list[dict]:
@@ -20,7 +25,7 @@ def lines(out: Path) -> list[dict]:
 
 
 def test_aime24_on_the_tiny_model(tiny_model_dir: Path, tmp_path: Path) -> None:
-    data = SHARED_BENCHMARKS / "aime24" / "aime24.parquet"
+    data = BENCHMARKS / "aime24" / "aime24.parquet"
     out = run_eval(
         "aime24",
         model=tiny_model_dir,

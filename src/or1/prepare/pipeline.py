@@ -195,13 +195,13 @@ def _dedup(spec: DataSpec, items: list[Item], tick: Tick) -> list[Verdict]:
 
 def evaluation_problems(spec: DataSpec) -> list[tuple[str, str]]:
     """(name, problem text) of every evaluation problem the spec decontaminates against."""
-    from or1.data.benchmarks import SHARED_BENCHMARKS, load_benchmark
+    from or1.data.benchmarks import load_benchmark
 
     cfg = spec.decontaminate
-    shared = Path(cfg.benchmark_dir) if cfg.benchmark_dir else SHARED_BENCHMARKS
+    folder = Path(cfg.benchmark_dir) if cfg.benchmark_dir else None
     named = []
     for name in cfg.benchmarks:
-        data = load_benchmark(name, shared_dir=shared, window=None)
+        data = load_benchmark(name, folder=folder, window=None)
         named += [(f"{name}:{i}", filters.problem_text(r)) for i, r in enumerate(data.rows)]
     for file in cfg.files:
         for i, record in enumerate(read_records(file, what="decontaminate.files:")):

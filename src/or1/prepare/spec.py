@@ -87,7 +87,8 @@ class DecontaminateSpec(_Section):
         default_factory=list, description="More evaluation files (or1 rows or known schemas)."
     )
     benchmark_dir: str | None = Field(
-        None, description="Where the benchmark files are (default: shared/benchmarks)."
+        None,
+        description="Folder of local benchmark files (default: the OR1_BENCHMARKS folder, else the hub).",
     )
     ngram: int = Field(13, ge=3, description="Words per n-gram.")
 
