@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import functools
-import importlib
 import shlex
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -208,41 +206,18 @@ def train(
 
     Ctrl-C (or SIGTERM) stops after the current step with a checkpoint; rerun the same command to resume.
     """
-    from or1.config.loading import resolve
-    from or1.preflight import check_cpu_inputs, check_train
-    from or1.stop import StopFlag
+    from or1.trainer.launch import launch_train
 
-    # Pre-flight before the trainer's imports (torch, Ray, transformers: seconds): a bad stage, key, path or
-    # cluster address is one line at once. run_train repeats these checks, then checks what needs torch.
-    cfg = resolve(recipe, "1" if stage == "all" else stage, overrides or [])
-    check_train(cfg, run_dir, ray_address)
-    check_cpu_inputs(cfg)
-    stop = StopFlag()
-    with stop.watching():  # from here a Ctrl-C / SIGTERM, even during start-up, stops cleanly
-        from or1.hybrid.cluster import local_cpus, ray_session
-
-        # Ray starts (its own processes) while a thread imports the trainer (torch, transformers: seconds of
-        # CPU), and every stage of `--stage all` then runs in this one Ray.
-        with ThreadPoolExecutor(1) as imports:
-            trainer = imports.submit(importlib.import_module, "or1.trainer.run")
-            widest = max(resolve(recipe, s, overrides or []).world_size for s in _stages(recipe, stage))
-            with ray_session(ray_address, num_cpus=local_cpus(widest)):
-                run = trainer.result()
-                stop.install()  # ray.init replaced the SIGTERM handler with one that exits mid-call
-                options = {"overwrite": overwrite, "allow_config_change": allow_config_change, "stop": stop}
-                if stage == "all":
-                    run.run_all_stages(recipe, run_dir, overrides or [], resume, ray_address, **options)
-                else:
-                    run.run_train(recipe, stage, run_dir, overrides or [], resume, ray_address, **options)
-
-
-def _stages(recipe: str, stage: str) -> list[str]:
-    """The stages a `train --stage` runs: that one, or every stage of the recipe (1-based numbers) for `all`."""
-    if stage != "all":
-        return [stage]
-    from or1.config.loading import load_recipe, stage_names
-
-    return [str(i) for i in range(1, len(stage_names(load_recipe(recipe)[1])) + 1)]
+    launch_train(
+        recipe,
+        stage,
+        run_dir,
+        overrides or [],
+        resume,
+        ray_address,
+        overwrite=overwrite,
+        allow_config_change=allow_config_change,
+    )
 
 
 @app.command()

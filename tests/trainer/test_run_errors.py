@@ -131,7 +131,7 @@ def test_resume_under_a_changed_config_lists_the_differences(tmp_path: Path, inp
     assert "--allow-config-change" in message
     # how the run is operated (loggers, checkpoints kept) may change on a resume
     from or1.config.loading import resolve
-    from or1.trainer.run import check_config_unchanged
+    from or1.trainer.resume import check_config_unchanged
 
     cfg = resolve(RECIPE, "1", [*inputs, "trainer.loggers=[jsonl]", "trainer.keep_checkpoints=7"])
     check_config_unchanged(cfg, run_dir / "stage1", False, None)  # type: ignore[arg-type]
