@@ -17,7 +17,7 @@ from or1.data.schema import make_row, write_rows
 from or1.errors import UserError
 from or1.eval import runner
 from or1.eval.generation import Completion
-from or1.eval.report import model_fingerprint
+from or1.eval.results import model_fingerprint
 from or1.eval.runner import run_eval
 
 

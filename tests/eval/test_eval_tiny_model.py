@@ -9,7 +9,7 @@ import pytest
 
 from or1.data.benchmarks import benchmark_folder, file_sha256
 from or1.eval import runner
-from or1.eval.report import model_fingerprint
+from or1.eval.results import model_fingerprint
 from or1.eval.runner import run_eval
 
 BENCHMARKS = benchmark_folder()
