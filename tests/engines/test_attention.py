@@ -45,7 +45,7 @@ def test_the_rollout_samples_the_same_tokens(tiny_model_dir: Path) -> None:
     tokenizer = load_tokenizer(tiny_model_dir)
     # prompts of 3 to 6 operands (different lengths: left padding), 8 samples each up to the longest answer
     prompts = [prompt_ids(tokenizer, list(r["prompt"])) for r in math_validation_rows()[::25]]
-    sampling = SamplingParams(n=8, temperature=1.0, top_p=1.0, max_new_tokens=48, seed=7)
+    sampling = SamplingParams(n=8, temperature=1.0, top_p=1.0, max_response_length=48, seed=7)
     engine = HFRolloutEngine(load_causal_lm(tiny_model_dir), tokenizer)
     assert engine.model.config._attn_implementation == GROUPED_SDPA  # the engine switched the CPU model over
     reference = HFRolloutEngine(load_causal_lm(tiny_model_dir), tokenizer)

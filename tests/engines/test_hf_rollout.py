@@ -10,7 +10,7 @@ from or1.engines.loading import load_causal_lm
 from or1.errors import UserError
 from or1.tokens import load_tokenizer, prompt_ids
 
-GREEDY = SamplingParams(temperature=0.0, max_new_tokens=40)
+GREEDY = SamplingParams(temperature=0.0, max_response_length=40)
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +40,9 @@ def test_greedy_matches_full_recomputation_despite_left_padding(world):
     model, tokenizer, prompts = world
     out = HFRolloutEngine(model, tokenizer).generate_ids(prompts, GREEDY)
     for prompt, response in zip(prompts, out.responses, strict=True):
-        assert response == _reference_greedy(model, prompt, GREEDY.max_new_tokens, tokenizer.eos_token_id)
+        assert response == _reference_greedy(
+            model, prompt, GREEDY.max_response_length, tokenizer.eos_token_id
+        )
 
 
 def test_greedy_matches_hf_generate(world):
@@ -51,7 +53,7 @@ def test_greedy_matches_hf_generate(world):
             theirs = model.generate(
                 torch.tensor([prompt]),
                 do_sample=False,
-                max_new_tokens=GREEDY.max_new_tokens,
+                max_response_length=GREEDY.max_response_length,
                 eos_token_id=tokenizer.eos_token_id,
                 pad_token_id=tokenizer.pad_token_id,
             )
@@ -61,7 +63,7 @@ def test_greedy_matches_hf_generate(world):
 def test_rows_are_prompt_major_and_stop_tokens_end_responses(world):
     model, tokenizer, prompts = world
     engine = HFRolloutEngine(model, tokenizer, micro_batch_size=5)
-    sampling = SamplingParams(n=3, temperature=1.0, max_new_tokens=24, seed=0)
+    sampling = SamplingParams(n=3, temperature=1.0, max_response_length=24, seed=0)
     out = engine.generate_ids(prompts, sampling)
     assert len(out.responses) == len(out.truncated) == 3 * len(prompts)
     eos = tokenizer.eos_token_id
@@ -71,9 +73,9 @@ def test_rows_are_prompt_major_and_stop_tokens_end_responses(world):
             assert len(response) == 24 and response[-1] != eos
         else:
             assert response[-1] == eos
-    greedy = engine.generate_ids(prompts, SamplingParams(n=2, temperature=0.0, max_new_tokens=24))
+    greedy = engine.generate_ids(prompts, SamplingParams(n=2, temperature=0.0, max_response_length=24))
     single = [
-        engine.generate_ids([p], SamplingParams(temperature=0.0, max_new_tokens=24)).responses[0]
+        engine.generate_ids([p], SamplingParams(temperature=0.0, max_response_length=24)).responses[0]
         for p in prompts
     ]
     assert greedy.responses[0::2] == greedy.responses[1::2] == single
@@ -82,9 +84,9 @@ def test_rows_are_prompt_major_and_stop_tokens_end_responses(world):
 def test_seeded_sampling_is_reproducible(world):
     model, tokenizer, prompts = world
     engine = HFRolloutEngine(model, tokenizer)
-    a = engine.generate_ids(prompts, SamplingParams(n=4, seed=1, max_new_tokens=32)).responses
-    b = engine.generate_ids(prompts, SamplingParams(n=4, seed=1, max_new_tokens=32)).responses
-    c = engine.generate_ids(prompts, SamplingParams(n=4, seed=2, max_new_tokens=32)).responses
+    a = engine.generate_ids(prompts, SamplingParams(n=4, seed=1, max_response_length=32)).responses
+    b = engine.generate_ids(prompts, SamplingParams(n=4, seed=1, max_response_length=32)).responses
+    c = engine.generate_ids(prompts, SamplingParams(n=4, seed=2, max_response_length=32)).responses
     assert a == b
     assert a != c
 
@@ -92,13 +94,17 @@ def test_seeded_sampling_is_reproducible(world):
 def test_tiny_top_p_is_greedy(world):
     model, tokenizer, prompts = world
     engine = HFRolloutEngine(model, tokenizer)
-    nucleus = engine.generate_ids(prompts, SamplingParams(top_p=1e-6, seed=0, max_new_tokens=40)).responses
+    nucleus = engine.generate_ids(
+        prompts, SamplingParams(top_p=1e-6, seed=0, max_response_length=40)
+    ).responses
     assert nucleus == engine.generate_ids(prompts, GREEDY).responses
 
 
 def test_max_new_tokens_truncates(world):
     model, tokenizer, prompts = world
-    out = HFRolloutEngine(model, tokenizer).generate_ids(prompts, SamplingParams(max_new_tokens=3, seed=0))
+    out = HFRolloutEngine(model, tokenizer).generate_ids(
+        prompts, SamplingParams(max_response_length=3, seed=0)
+    )
     assert all(len(r) == 3 for r in out.responses)
     assert all(out.truncated)
 
@@ -107,7 +113,7 @@ def test_custom_stop_tokens(world):
     model, tokenizer, prompts = world
     stop = tokenizer.convert_tokens_to_ids("=")
     out = HFRolloutEngine(model, tokenizer).generate_ids(
-        prompts, SamplingParams(temperature=0.0, max_new_tokens=40, stop_token_ids=[stop])
+        prompts, SamplingParams(temperature=0.0, max_response_length=40, stop_token_ids=[stop])
     )
     for response, truncated in zip(out.responses, out.truncated, strict=True):
         assert truncated or (response[-1] == stop and stop not in response[:-1])

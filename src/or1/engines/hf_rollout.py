@@ -89,7 +89,7 @@ class HFRolloutEngine:
         token_log_probs: list[list[float]] = [[] for _ in rows]
         stopped = [False] * len(rows)
         step_ids, step_pos = input_ids, positions
-        for _ in range(sampling.max_new_tokens):
+        for _ in range(sampling.max_response_length):
             logits = self.model(
                 input_ids=step_ids,
                 attention_mask=mask,

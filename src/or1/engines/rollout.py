@@ -5,7 +5,7 @@ estimation all sample through `RolloutEngine.generate_ids`; `rollout.engine` (or
 `or1.engines.loading.load_rollout_engine` (this module imports no engine).
 Conventions every engine keeps, so callers never branch on the engine:
 - responses are token ids; a stop token that ended a response is its last token;
-- `truncated` is True exactly when a response hit `max_new_tokens` without a stop token;
+- `truncated` is True exactly when a response hit `max_response_length` without a stop token;
 - `log_probs` are the sampled tokens' log-probabilities under the sampling distribution (temperature and top_p
   applied), the same quantity the actor recomputes for PPO's ratio;
 - a seeded call is reproducible: the same prompts, settings and seed give the same tokens.
@@ -30,14 +30,14 @@ class SamplingParams:
     n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
-    max_new_tokens: int = 256
+    max_response_length: int = 256
     stop_token_ids: list[int] = field(default_factory=list)
     seed: int | None = None  # None: unseeded (not reproducible)
 
     def check(self) -> None:
-        if self.n < 1 or self.max_new_tokens < 1:
+        if self.n < 1 or self.max_response_length < 1:
             raise UserError(
-                f"n and max_new_tokens must be at least 1, got n={self.n}, max_new_tokens={self.max_new_tokens}."
+                f"n and max_response_length must be at least 1, got n={self.n}, max_response_length={self.max_response_length}."
             )
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise UserError(
@@ -50,7 +50,7 @@ class Generations:
     """Sampled token ids, prompt-major: the n samples of prompt i are rows i*n .. i*n+n-1."""
 
     responses: list[list[int]]  # the stop token is included when one was hit
-    truncated: list[bool]  # True when max_new_tokens was reached without a stop token
+    truncated: list[bool]  # True when max_response_length was reached without a stop token
     log_probs: list[list[float]] | None = None  # per response token, under the sampling distribution
 
 

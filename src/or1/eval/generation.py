@@ -53,7 +53,7 @@ def engine_sampler(engine: RolloutEngine, tokenizer: Any, sampling: EvalSampling
             n=1,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
-            max_new_tokens=sampling.max_tokens,
+            max_response_length=sampling.max_tokens,
             seed=seed,
         )
         return _completions(engine, tokenizer, prompts, params)

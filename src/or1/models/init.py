@@ -98,7 +98,9 @@ def init_tiny_model(
         out.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(out)
         tokenizer.save_pretrained(out, save_jinja_files=False)  # chat template inside tokenizer_config.json
-        rate = validation_solve_rate(out, samples=eval_samples, max_new_tokens=eval_max_new_tokens, seed=seed)
+        rate = validation_solve_rate(
+            out, samples=eval_samples, max_response_length=eval_max_new_tokens, seed=seed
+        )
         report = InitReport(
             out_dir=str(out),
             seed=seed,

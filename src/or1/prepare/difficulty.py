@@ -24,12 +24,12 @@ CACHE_FILE = "difficulty_cache.jsonl"
 
 @dataclass(frozen=True)
 class Sampling:
-    """How each problem is graded: n samples at temperature / top_p, at most max_new_tokens each."""
+    """How each problem is graded: n samples at temperature / top_p, at most max_response_length each."""
 
     n: int = 8
     temperature: float = 1.0
     top_p: float = 1.0
-    max_new_tokens: int = 1024
+    max_response_length: int = 1024
     seed: int = 0
 
 
@@ -60,7 +60,11 @@ class Grader:
         s = self.sampling
         seed = (int(prompt_key(rows[0]), 16) + s.seed) % 2**31
         params = SamplingParams(
-            n=s.n, temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=seed
+            n=s.n,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            max_response_length=s.max_response_length,
+            seed=seed,
         )
         generations = self.engine.generate_ids(
             [prompt_ids(self.tokenizer, r["prompt"]) for r in rows], params

@@ -265,6 +265,7 @@ def _difficulty(
         micro_batch_size=cfg.micro_batch_size,
         ray_address=ray_address,
     )
+    # the spec's max_new_tokens is the response budget
     sampling = Sampling(cfg.n, cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.seed)
     counts, origins = grade_rows(
         [items[i].row for i in graded], sampling, run, out / CACHE_FILE, lambda k: progress.advance(task, k)

@@ -145,7 +145,7 @@ class ActorRolloutRefWorker(Worker):
             n=n,
             temperature=float(override.get("temperature", r.temperature)),
             top_p=float(override.get("top_p", r.top_p)),
-            max_new_tokens=budget,
+            max_response_length=budget,
             stop_token_ids=[],
             seed=seed,
         )
