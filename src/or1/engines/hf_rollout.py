@@ -148,9 +148,8 @@ def sample_next(
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         probs = sorted_logits.softmax(dim=-1)
         mass_before = probs.cumsum(dim=-1) - probs
-        sorted_logits = sorted_logits.masked_fill(
-            mass_before >= top_p, float("-inf")
-        )  # the top token always stays
+        # the top token always stays
+        sorted_logits = sorted_logits.masked_fill(mass_before >= top_p, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
     chosen = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
     return chosen.squeeze(-1), logits.log_softmax(dim=-1).gather(-1, chosen).squeeze(-1)

@@ -29,10 +29,8 @@ class Completion:
 
 
 Sampler = Callable[[list[Messages], int], list[Completion]]  # (prompts, seed) -> one completion per prompt
-DEFAULT_BATCH = {
-    "hf": 32,
-    "vllm": 1024,
-}  # samples per generate call: small on CPU, large enough to fill a GPU
+# samples per generate call: small on CPU, large enough to fill a GPU
+DEFAULT_BATCH = {"hf": 32, "vllm": 1024}
 
 
 def _completions(

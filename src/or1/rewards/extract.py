@@ -44,9 +44,8 @@ class Extraction:
     answer: str
     kind: str  # boxed, boxes (several connected boxes, joined by ", "), statement, math_verify (its own extraction)
     parts: tuple[str, ...] = ()  # the boxes' answers, for kind boxes
-    context: str = (
-        ""  # for kind statement: the text from the statement's keyword on ("Final answer: ... is 34.")
-    )
+    # for kind statement: the text from the statement's keyword on ("Final answer: ... is 34.")
+    context: str = ""
 
 
 class AnswerTooComplex(ValueError):

@@ -23,9 +23,8 @@ from or1.rewards.result import Result
 from or1.rewards.score import score_batch
 
 FORMATS = {".jsonl": "jsonl", ".parquet": "parquet"}
-CHUNK_ROWS = (
-    256  # rows per score_batch call: small enough for a lively progress bar, large enough to fill the pool
-)
+# rows per score_batch call: small enough for a lively progress bar, large enough to fill the pool
+CHUNK_ROWS = 256
 
 
 def _format_of(path: Path, role: str) -> str:
@@ -73,9 +72,8 @@ def read_rows(path: Path, warnings: list[str] | None = None) -> list[dict[str, A
                 raise UserError(
                     f"INPUT {path} line {number} is not valid JSON; fix or remove that line."
                 ) from err
-            rows.append(
-                row if isinstance(row, dict) else {"_value": row}
-            )  # scored as bad_input, kept visible
+            # a non-object line is scored as bad_input, kept visible
+            rows.append(row if isinstance(row, dict) else {"_value": row})
     return rows
 
 
@@ -127,9 +125,8 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
             import pyarrow as pa
             import pyarrow.parquet as pq
 
-            keys = list(
-                dict.fromkeys(key for row in rows for key in row)
-            )  # every row's keys, first-seen order
+            # every row's keys, first-seen order
+            keys = list(dict.fromkeys(key for row in rows for key in row))
             columns = {key: _column(pa, [row.get(key) for row in rows]) for key in keys}
             pq.write_table(pa.table(columns), tmp)
         else:

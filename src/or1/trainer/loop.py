@@ -171,9 +171,8 @@ def refill(t: Trainer, step: int, first: Batch, timer: PhaseTimer) -> Batch:
     parts, more = [], first
     while True:
         kept = more.select(buffer.add(more.tensors[REWARDS], more.non_tensor[UID]))
-        parts.append(
-            Batch(kept.tensors, kept.non_tensor)
-        )  # rounds differ in meta (seed); the loop needs none
+        # rounds differ in meta (seed); the loop needs none
+        parts.append(Batch(kept.tensors, kept.non_tensor))
         if not buffer.needs_more:
             return Batch.concat(parts)
         more = sample_round(t, step, buffer.rounds, timer)

@@ -81,9 +81,8 @@ class PromptLoader:
         picked = [self.rows[i] for i in order]
         columns = {
             PROMPT_IDS: [ids for _, ids in picked],
-            UID: [
-                f"{step}.{round_}-{j}" if round_ else f"{step}-{j}" for j in range(len(picked))
-            ],  # GRPO groups
+            # the GRPO groups
+            UID: [f"{step}.{round_}-{j}" if round_ else f"{step}-{j}" for j in range(len(picked))],
             PROMPT_KEY: [prompt_key(row) for row, _ in picked],
             ABILITY: [row["ability"] for row, _ in picked],
             REWARD_MODEL: [dict(row["reward_model"]) for row, _ in picked],
