@@ -53,7 +53,7 @@ def test_greedy_matches_hf_generate(world):
             theirs = model.generate(
                 torch.tensor([prompt]),
                 do_sample=False,
-                max_response_length=GREEDY.max_response_length,
+                max_new_tokens=GREEDY.max_response_length,
                 eos_token_id=tokenizer.eos_token_id,
                 pad_token_id=tokenizer.pad_token_id,
             )

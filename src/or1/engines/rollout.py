@@ -37,7 +37,8 @@ class SamplingParams:
     def check(self) -> None:
         if self.n < 1 or self.max_response_length < 1:
             raise UserError(
-                f"n and max_response_length must be at least 1, got n={self.n}, max_response_length={self.max_response_length}."
+                "n and max_response_length must be at least 1, got "
+                f"n={self.n}, max_response_length={self.max_response_length}."
             )
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise UserError(
