@@ -45,10 +45,12 @@ repro: tiny
     for s in 1 2; do {{bin}}/or1 eval tiny/data/validation.parquet --model runs/tiny/stage$s/final --n 4 --temperature 1.0 --max-tokens 96 --out runs/tiny/eval/stage$s; done
     {{bin}}/or1 report runs/tiny
 
-# The test suite (fast default). As root it first brings up the Docker-API engine for the docker-marked tests.
+# The import layers (pyproject.toml's [tool.importlinter]: a back-arrow fails here and names the import), then the
+# test suite (fast default). As root it first brings up the Docker-API engine for the docker-marked tests.
 test *args:
     #!/usr/bin/env bash
     set -euo pipefail
+    .venv/bin/lint-imports
     if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null && [ -z "${OR1_NO_ENGINE:-}" ]; then
         eval "$(bash sandbox/ci-engine.sh)"
     fi
@@ -58,7 +60,8 @@ test *args:
 test-all *args:
     {{bin}}/just test -m "not gpu" "$@"
 
-# Lint and format check.
+# Lint, format and import-layer checks.
 lint:
+    {{bin}}/lint-imports
     {{bin}}/ruff check src tests bench
     {{bin}}/ruff format --check src tests bench

@@ -55,8 +55,9 @@ class _Ids:
 
 def engines(folder: Path, tiny: bool):
     from or1.engines.hf_rollout import HFRolloutEngine
-    from or1.engines.loading import load_causal_lm, load_tokenizer
+    from or1.engines.loading import load_causal_lm
     from or1.engines.vllm_rollout import VLLMRolloutEngine
+    from or1.tokens import load_tokenizer
 
     tokenizer = load_tokenizer(folder) if tiny else _Ids()
     eos = tokenizer.eos_token_id
@@ -87,10 +88,10 @@ def bench_model(name: str, folder: Path, tiny: bool, args) -> dict:
         torch.randint(2, vocab, (int(n),), generator=gen).tolist() for n in torch.randint(8, 33, (32,))
     ]
     budget = 64 if tiny else 32
-    sampling = SamplingParams(n=4, temperature=1.0, max_new_tokens=budget, seed=0)
+    sampling = SamplingParams(n=4, temperature=1.0, max_response_length=budget, seed=0)
     built = engines(folder, tiny)
     for engine in built.values():  # warm-up: the first generate pays one-off costs
-        engine.generate_ids(prompts[:4], SamplingParams(n=1, max_new_tokens=8, seed=0))
+        engine.generate_ids(prompts[:4], SamplingParams(n=1, max_response_length=8, seed=0))
     rates: dict[str, list[float]] = {k: [] for k in built}
     pushes: dict[str, list[float]] = {k: [] for k in built}
     for _ in range(args.rounds):

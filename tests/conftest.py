@@ -12,6 +12,20 @@ import torch
 # threads slowed the engine tests tenfold when other processes held the cores.
 torch.set_num_threads(1)
 
+# The shared benchmark files beside this checkout, when it has them: tests find them through the OR1_BENCHMARKS
+# setting (or1.data.benchmarks), as a user's own folder would be found; without them those tests skip.
+SHARED_BENCHMARKS = Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
+if SHARED_BENCHMARKS.is_dir():
+    os.environ.setdefault("OR1_BENCHMARKS", str(SHARED_BENCHMARKS))
+
+# OR1_TEST_SEED (default 0) seeds the tiny world the tests train and sample: the session fixtures' tiny model (its
+# tokenizer corpus, initial weights and warm start) and tiny dataset, and the engine tests' untrained model
+# (tests/engines/conftest.py). Seed 0 builds exactly what the suite always built. Other seeds give other trained
+# models and other data, the way another CPU's kernels (ATEN_CPU_CAPABILITY) give another trajectory: a test that
+# passes only for one seed depends on one trajectory. Measure a test's spread with e.g.
+#   for s in 0 1 2; do OR1_TEST_SEED=$s ATEN_CPU_CAPABILITY=avx2 pytest tests/models; done
+TEST_SEED = int(os.environ.get("OR1_TEST_SEED", "0"))
+
 
 def pytest_report_header() -> str:
     """torch's CPU kernel choice: the tiny runs' numbers follow it (ATEN_CPU_CAPABILITY forces one)."""
@@ -25,14 +39,6 @@ def pytest_report_header() -> str:
 
 # A shorter warm start than the preset's keeps the session setup near 40 s; it still solves some 3-4 operand tasks.
 TEST_SFT_STEPS = 120
-
-# OR1_TEST_SEED (default 0) seeds the tiny world the tests train and sample: the session fixtures' tiny model (its
-# tokenizer corpus, initial weights and warm start) and tiny dataset, and the engine tests' untrained model
-# (tests/engines/conftest.py). Seed 0 builds exactly what the suite always built. Other seeds give other trained
-# models and other data, the way another CPU's kernels (ATEN_CPU_CAPABILITY) give another trajectory: a test that
-# passes only for one seed depends on one trajectory. Measure a test's spread with e.g.
-#   for s in 0 1 2; do OR1_TEST_SEED=$s ATEN_CPU_CAPABILITY=avx2 pytest tests/models; done
-TEST_SEED = int(os.environ.get("OR1_TEST_SEED", "0"))
 
 
 @pytest.fixture(scope="session")

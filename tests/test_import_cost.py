@@ -43,7 +43,7 @@ def test_the_controller_leaves_the_model_classes_to_the_ranks():
 def test_the_tiny_tokenizer_leaves_the_auto_classes_alone(tiny_model_dir):
     # AutoTokenizer's module imports the Auto model classes and torch: seconds of the controller's start-up
     loaded = imported_after(
-        f"from or1.engines.loading import load_tokenizer; load_tokenizer({str(tiny_model_dir)!r})",
+        f"from or1.tokens import load_tokenizer; load_tokenizer({str(tiny_model_dir)!r})",
         top_level=False,
     )
     assert "transformers" in loaded

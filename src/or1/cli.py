@@ -3,11 +3,9 @@
 from __future__ import annotations
 
 import functools
-import importlib
 import shlex
 import sys
 from collections.abc import Callable
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -52,9 +50,10 @@ def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
             )
             raise typer.Exit(stop.exit_code) from None
         except KeyboardInterrupt:
-            # commands without a graceful stop write their files whole or not at all (temporary file + rename)
+            # commands without a graceful stop write their output files whole or not at all (or1.atomic)
             err_console.print(
-                f"interrupted: no output file was left half-written; to start again, run: {escape(rerun_command())}",
+                "interrupted: finished output files are whole (each is written aside, then renamed); to start "
+                f"again, run: {escape(rerun_command())}",
                 style="yellow",
                 highlight=False,
                 soft_wrap=True,
@@ -161,7 +160,7 @@ def prepare_data(
         _check_preset(preset or "tiny")
         write_tiny_dataset(out, seed, overwrite=overwrite)
         return
-    from or1.data.pipeline import prepare
+    from or1.prepare.pipeline import prepare
 
     if spec is not None and preset is not None:
         raise UserError("give --spec or --preset, not both.")
@@ -207,41 +206,18 @@ def train(
 
     Ctrl-C (or SIGTERM) stops after the current step with a checkpoint; rerun the same command to resume.
     """
-    from or1.config.loading import resolve
-    from or1.preflight import check_cpu_inputs, check_train
-    from or1.stop import StopFlag
+    from or1.trainer.launch import launch_train
 
-    # Pre-flight before the trainer's imports (torch, Ray, transformers: seconds): a bad stage, key, path or
-    # cluster address is one line at once. run_train repeats these checks, then checks what needs torch.
-    cfg = resolve(recipe, "1" if stage == "all" else stage, overrides or [])
-    check_train(cfg, run_dir, ray_address)
-    check_cpu_inputs(cfg)
-    stop = StopFlag()
-    with stop.watching():  # from here a Ctrl-C / SIGTERM, even during start-up, stops cleanly
-        from or1.hybrid.cluster import local_cpus, ray_session
-
-        # Ray starts (its own processes) while a thread imports the trainer (torch, transformers: seconds of
-        # CPU), and every stage of `--stage all` then runs in this one Ray.
-        with ThreadPoolExecutor(1) as imports:
-            trainer = imports.submit(importlib.import_module, "or1.trainer.run")
-            widest = max(resolve(recipe, s, overrides or []).world_size for s in _stages(recipe, stage))
-            with ray_session(ray_address, num_cpus=local_cpus(widest)):
-                run = trainer.result()
-                stop.install()  # ray.init replaced the SIGTERM handler with one that exits mid-call
-                options = {"overwrite": overwrite, "allow_config_change": allow_config_change, "stop": stop}
-                if stage == "all":
-                    run.run_all_stages(recipe, run_dir, overrides or [], resume, ray_address, **options)
-                else:
-                    run.run_train(recipe, stage, run_dir, overrides or [], resume, ray_address, **options)
-
-
-def _stages(recipe: str, stage: str) -> list[str]:
-    """The stages a `train --stage` runs: that one, or every stage of the recipe (1-based numbers) for `all`."""
-    if stage != "all":
-        return [stage]
-    from or1.config.loading import load_recipe, stage_names
-
-    return [str(i) for i in range(1, len(stage_names(load_recipe(recipe)[1])) + 1)]
+    launch_train(
+        recipe,
+        stage,
+        run_dir,
+        overrides or [],
+        resume,
+        ray_address,
+        overwrite=overwrite,
+        allow_config_change=allow_config_change,
+    )
 
 
 @app.command()
@@ -308,7 +284,8 @@ def eval_command(
     top_p: Annotated[float | None, typer.Option("--top-p", help="Override the protocol's top_p.")] = None,
     max_tokens: Annotated[int | None, typer.Option(help="Override the protocol's response budget.")] = None,
     data: Annotated[
-        Path | None, typer.Option(help="Local file of the benchmark (else shared copy, else hub).")
+        Path | None,
+        typer.Option(help="Local file of the benchmark (else its file under $OR1_BENCHMARKS, else the hub)."),
     ] = None,
     engine: Annotated[str, typer.Option(help="hf (CPU or GPU) or vllm (GPU, the vllm extra).")] = "hf",
     out: Annotated[Path | None, typer.Option(help="Output folder (default under runs/).")] = None,

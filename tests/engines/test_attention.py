@@ -10,11 +10,11 @@ from test_fsdp_engine import make_batch
 
 from or1.data.synthetic import math_validation_rows
 from or1.engines.attention import GROUPED_SDPA, use_grouped_sdpa
-from or1.engines.fsdp import packed_window, padded_window
 from or1.engines.hf_rollout import HFRolloutEngine
-from or1.engines.loading import load_causal_lm, load_tokenizer
+from or1.engines.loading import load_causal_lm
+from or1.engines.packing import packed_window, padded_window
 from or1.engines.rollout import SamplingParams
-from or1.models.warmstart import prompt_ids
+from or1.tokens import load_tokenizer, prompt_ids
 
 
 def _outputs_and_grads(model: torch.nn.Module, window) -> tuple[torch.Tensor, list[torch.Tensor]]:
@@ -45,7 +45,7 @@ def test_the_rollout_samples_the_same_tokens(tiny_model_dir: Path) -> None:
     tokenizer = load_tokenizer(tiny_model_dir)
     # prompts of 3 to 6 operands (different lengths: left padding), 8 samples each up to the longest answer
     prompts = [prompt_ids(tokenizer, list(r["prompt"])) for r in math_validation_rows()[::25]]
-    sampling = SamplingParams(n=8, temperature=1.0, top_p=1.0, max_new_tokens=48, seed=7)
+    sampling = SamplingParams(n=8, temperature=1.0, top_p=1.0, max_response_length=48, seed=7)
     engine = HFRolloutEngine(load_causal_lm(tiny_model_dir), tokenizer)
     assert engine.model.config._attn_implementation == GROUPED_SDPA  # the engine switched the CPU model over
     reference = HFRolloutEngine(load_causal_lm(tiny_model_dir), tokenizer)

@@ -6,11 +6,11 @@ import torch
 
 from or1.data.synthetic import math_validation_rows
 from or1.engines.hf_rollout import HFRolloutEngine, SamplingParams, sample_next
-from or1.engines.loading import load_causal_lm, load_tokenizer
+from or1.engines.loading import load_causal_lm
 from or1.errors import UserError
-from or1.models.warmstart import prompt_ids
+from or1.tokens import load_tokenizer, prompt_ids
 
-GREEDY = SamplingParams(temperature=0.0, max_new_tokens=40)
+GREEDY = SamplingParams(temperature=0.0, max_response_length=40)
 
 
 # Greedy decoding through a KV cache and left padding and by full recomputation compute the same logits up to float
@@ -36,7 +36,7 @@ def world(tiny_model_dir):
 @pytest.fixture(scope="module")
 def references(world):
     model, tokenizer, prompts = world
-    return [_reference_greedy(model, p, GREEDY.max_new_tokens, tokenizer.eos_token_id) for p in prompts]
+    return [_reference_greedy(model, p, GREEDY.max_response_length, tokenizer.eos_token_id) for p in prompts]
 
 
 def _reference_greedy(model, prompt, steps, eos):
@@ -86,7 +86,7 @@ def test_greedy_matches_hf_generate(world, references):
             theirs = model.generate(
                 torch.tensor([prompt]),
                 do_sample=False,
-                max_new_tokens=GREEDY.max_new_tokens,
+                max_new_tokens=GREEDY.max_response_length,
                 eos_token_id=tokenizer.eos_token_id,
                 pad_token_id=tokenizer.pad_token_id,
             )
@@ -97,7 +97,7 @@ def test_greedy_matches_hf_generate(world, references):
 def test_rows_are_prompt_major_and_stop_tokens_end_responses(world, references):
     model, tokenizer, prompts = world
     engine = HFRolloutEngine(model, tokenizer, micro_batch_size=5)
-    sampling = SamplingParams(n=3, temperature=1.0, max_new_tokens=24, seed=0)
+    sampling = SamplingParams(n=3, temperature=1.0, max_response_length=24, seed=0)
     out = engine.generate_ids(prompts, sampling)
     assert len(out.responses) == len(out.truncated) == 3 * len(prompts)
     eos = tokenizer.eos_token_id
@@ -107,9 +107,9 @@ def test_rows_are_prompt_major_and_stop_tokens_end_responses(world, references):
             assert len(response) == 24 and response[-1] != eos
         else:
             assert response[-1] == eos
-    greedy = engine.generate_ids(prompts, SamplingParams(n=2, temperature=0.0, max_new_tokens=24))
+    greedy = engine.generate_ids(prompts, SamplingParams(n=2, temperature=0.0, max_response_length=24))
     single = [
-        engine.generate_ids([p], SamplingParams(temperature=0.0, max_new_tokens=24)).responses[0]
+        engine.generate_ids([p], SamplingParams(temperature=0.0, max_response_length=24)).responses[0]
         for p in prompts
     ]
     # the same prompt's rows in one batch: the same text
@@ -122,9 +122,9 @@ def test_rows_are_prompt_major_and_stop_tokens_end_responses(world, references):
 def test_seeded_sampling_is_reproducible(world):
     model, tokenizer, prompts = world
     engine = HFRolloutEngine(model, tokenizer)
-    a = engine.generate_ids(prompts, SamplingParams(n=4, seed=1, max_new_tokens=32)).responses
-    b = engine.generate_ids(prompts, SamplingParams(n=4, seed=1, max_new_tokens=32)).responses
-    c = engine.generate_ids(prompts, SamplingParams(n=4, seed=2, max_new_tokens=32)).responses
+    a = engine.generate_ids(prompts, SamplingParams(n=4, seed=1, max_response_length=32)).responses
+    b = engine.generate_ids(prompts, SamplingParams(n=4, seed=1, max_response_length=32)).responses
+    c = engine.generate_ids(prompts, SamplingParams(n=4, seed=2, max_response_length=32)).responses
     assert a == b
     assert a != c
 
@@ -132,7 +132,9 @@ def test_seeded_sampling_is_reproducible(world):
 def test_tiny_top_p_is_greedy(world):
     model, tokenizer, prompts = world
     engine = HFRolloutEngine(model, tokenizer)
-    nucleus = engine.generate_ids(prompts, SamplingParams(top_p=1e-6, seed=0, max_new_tokens=40)).responses
+    nucleus = engine.generate_ids(
+        prompts, SamplingParams(top_p=1e-6, seed=0, max_response_length=40)
+    ).responses
     assert nucleus == engine.generate_ids(prompts, GREEDY).responses
 
 
@@ -142,7 +144,7 @@ def test_max_new_tokens_truncates(world):
     that every sample is truncated held only by its seed's luck), so each response is checked for what it is, and
     most must be the truncated kind (32 of 32 were on all six)."""
     model, tokenizer, prompts = world
-    sampling = SamplingParams(n=4, max_new_tokens=3, seed=0)
+    sampling = SamplingParams(n=4, max_response_length=3, seed=0)
     out = HFRolloutEngine(model, tokenizer).generate_ids(prompts, sampling)
     eos = tokenizer.eos_token_id
     for response, truncated in zip(out.responses, out.truncated, strict=True):
@@ -157,7 +159,7 @@ def test_custom_stop_tokens(world):
     model, tokenizer, prompts = world
     stop = tokenizer.convert_tokens_to_ids("=")
     out = HFRolloutEngine(model, tokenizer).generate_ids(
-        prompts, SamplingParams(temperature=0.0, max_new_tokens=40, stop_token_ids=[stop])
+        prompts, SamplingParams(temperature=0.0, max_response_length=40, stop_token_ids=[stop])
     )
     for response, truncated in zip(out.responses, out.truncated, strict=True):
         assert truncated or (response[-1] == stop and stop not in response[:-1])

@@ -15,16 +15,9 @@ from test_critic_engine import with_targets
 from test_fsdp_engine import PROMPT_W, RESPONSE_W, make_batch
 
 from or1.algos.losses import LossConfig
-from or1.engines.fsdp import (
-    FSDPCriticEngine,
-    FSDPTrainEngine,
-    TrainSettings,
-    pack_rows,
-    packed_window,
-    padded_window,
-    token_budget_slices,
-)
+from or1.engines.fsdp import FSDPCriticEngine, FSDPTrainEngine, TrainSettings
 from or1.engines.loading import load_causal_lm
+from or1.engines.packing import pack_rows, packed_window, padded_window, token_budget_slices
 from or1.hybrid.batch import Batch
 
 

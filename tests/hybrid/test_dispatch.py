@@ -68,34 +68,23 @@ def test_dp_compute_non_batch_results_come_back_as_a_list():
     ]
 
 
-def test_one_to_all_and_rank_zero_send_the_same_arguments():
-    for mode in (Dispatch.ONE_TO_ALL, Dispatch.RANK_ZERO):
-        split = split_call(mode, 3, (1, "a"), {"k": 2})
-        assert [(c.args, c.kwargs) for c in split.calls] == [((1, "a"), {"k": 2})] * 3
+def test_one_to_all_sends_the_same_arguments():
+    split = split_call(Dispatch.ONE_TO_ALL, 3, (1, "a"), {"k": 2})
+    assert [(c.args, c.kwargs) for c in split.calls] == [((1, "a"), {"k": 2})] * 3
     assert collect(Dispatch.ONE_TO_ALL, ["r0", "r1", "r2"]) == ["r0", "r1", "r2"]
-    assert collect(Dispatch.RANK_ZERO, ["r0", "r1", "r2"]) == "r0"
-
-
-def test_all_to_all_gives_each_rank_its_entry():
-    split = split_call(Dispatch.ALL_TO_ALL, 2, ([1, 2], ("a", "b")), {"k": [True, False]})
-    assert [(c.args, c.kwargs) for c in split.calls] == [((1, "a"), {"k": True}), ((2, "b"), {"k": False})]
-    with pytest.raises(ValueError, match="argument 0 must be a list with one entry per rank"):
-        split_call(Dispatch.ALL_TO_ALL, 2, ([1, 2, 3],), {})
-    with pytest.raises(ValueError, match="argument 'k'"):
-        split_call(Dispatch.ALL_TO_ALL, 2, (), {"k": 5})
 
 
 def test_register_marks_methods_and_rejects_non_dispatch_values():
     class Toy(Worker):
-        @register(Dispatch.DP_COMPUTE, blocking=False)
+        @register(Dispatch.DP_COMPUTE)
         def compute(self, batch):
             return batch
 
         def plain(self):
             return 1
 
-    assert method_spec(Toy, "compute") == MethodSpec(Dispatch.DP_COMPUTE, blocking=False)
-    assert method_spec(Toy, "worker_info") == MethodSpec(Dispatch.ONE_TO_ALL, blocking=True)
+    assert method_spec(Toy, "compute") == MethodSpec(Dispatch.DP_COMPUTE)
+    assert method_spec(Toy, "worker_info") == MethodSpec(Dispatch.ONE_TO_ALL)
     assert method_spec(Toy, "plain") is None
     with pytest.raises(TypeError, match="takes a Dispatch"):
         register("dp_compute")

@@ -6,9 +6,10 @@ import sys
 import pytest
 from tokenizers import Tokenizer
 
-from or1.engines.loading import is_or1_tiny, load_causal_lm, load_tokenizer
+from or1.engines.loading import load_causal_lm
 from or1.errors import UserError
 from or1.models.init import REPORT_FILE, init_tiny_model
+from or1.tokens import is_or1_tiny, load_tokenizer
 
 
 def test_folder_is_a_standard_hf_model(tiny_model_dir):

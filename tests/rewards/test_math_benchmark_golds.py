@@ -1,4 +1,5 @@
-"""Every AIME/MATH-500 gold in ../shared/benchmarks is matched by itself in other spellings and refuses a wrong one."""
+"""Every AIME/MATH-500 gold of the benchmark folder (OR1_BENCHMARKS) is matched by itself in other spellings and
+refuses a wrong one."""
 
 from __future__ import annotations
 
@@ -7,10 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from or1.data.benchmarks import benchmark_folder
 from or1.rewards.math import verify_math
 from or1.rewards.normalize import parse_ground_truth
 
-BENCHMARKS = Path(__file__).resolve().parents[2] / ".." / "shared" / "benchmarks"
+BENCHMARKS = benchmark_folder() or Path("OR1_BENCHMARKS is unset")
 
 
 def _aime_golds() -> list[str]:

@@ -1,4 +1,5 @@
-"""What the trainer tests compare between two runs: metrics without timings, and saved weights."""
+"""The trainer tests' short tiny runs, and what they compare between two runs: metrics without timings, and saved
+weights."""
 
 from __future__ import annotations
 
@@ -8,6 +9,20 @@ import time
 from pathlib import Path
 
 from safetensors.torch import load_file
+
+
+def tiny_run(model: Path, train_file: Path, *settings: str) -> list[str]:
+    """--set overrides of a short run of the tiny recipe: 8 prompts x 4 samples a step, one optimizer step per batch,
+    metrics in jsonl only; `settings` come after (and so override) these."""
+    return [
+        f"model.path={model}",
+        f"data.train_files=[{train_file}]",
+        "trainer.batch_size=8",
+        "actor.ppo_mini_batch_size=8",
+        "rollout.n=4",
+        "trainer.loggers=[jsonl]",
+        *settings,
+    ]
 
 
 def metrics(run_dir: Path, stage: str = "1") -> list[dict]:

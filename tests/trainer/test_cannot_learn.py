@@ -13,6 +13,7 @@ from types import SimpleNamespace
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
+from run_files import tiny_run
 
 from or1.errors import UserError
 from or1.trainer.loop import _count_skipped
@@ -58,17 +59,13 @@ def test_unmatchable_ground_truths_stop_the_stage_with_the_reasons(
     data = tmp_path / "unmatchable.parquet"
     pq.write_table(pa.Table.from_pylist(rows), data)
     run_dir = tmp_path / "run"
-    sets = [
-        f"model.path={tiny_model_dir}",
-        f"data.train_files=[{data}]",
+    sets = tiny_run(
+        tiny_model_dir,
+        data,
         "trainer.steps=50",
         "trainer.max_skipped_steps=3",
-        "trainer.batch_size=8",
-        "actor.ppo_mini_batch_size=8",
-        "rollout.n=4",
-        "trainer.loggers=[jsonl]",
         "data.validation.sets=[]",
-    ]
+    )
     args = ["train", "--recipe", RECIPE, "--run-dir", str(run_dir), *[a for s in sets for a in ("--set", s)]]
     done = subprocess.run(
         [sys.executable, "-m", "or1.cli", *args], capture_output=True, text=True, timeout=600, env=ENV

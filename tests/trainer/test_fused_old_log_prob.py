@@ -12,21 +12,17 @@ from pathlib import Path
 
 import pytest
 import torch
-from run_files import metrics, weights
+from run_files import metrics, tiny_run, weights
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 STEPS = 3
 
 
 def train(run_dir: Path, model_dir: Path, data_dir: Path, old_log_prob: str) -> None:
-    sets = [
-        f"model.path={model_dir}",
-        f"data.train_files=[{data_dir / 'train.parquet'}]",
+    sets = tiny_run(
+        model_dir,
+        data_dir / "train.parquet",
         f"trainer.steps={STEPS}",
-        "trainer.batch_size=8",
-        "actor.ppo_mini_batch_size=8",
-        "rollout.n=4",
-        "trainer.loggers=[jsonl]",
         "data.validation.sets=[]",
         "algorithm.rejection_sampling=false",  # every step trains, whatever the test base solves
         # a non-zero coefficient and a target above any estimate: the bonus is in every step's loss, and paper
@@ -34,7 +30,7 @@ def train(run_dir: Path, model_dir: Path, data_dir: Path, old_log_prob: str) -> 
         "algorithm.entropy.init_coef=0.002",
         "algorithm.entropy.target=5.0",
         f"actor.old_log_prob={old_log_prob}",
-    ]
+    )
     cmd = [sys.executable, "-m", "or1.cli", "train", "--recipe", RECIPE, "--run-dir", str(run_dir)]
     done = subprocess.run(
         [*cmd, *(a for s in sets for a in ("--set", s))],

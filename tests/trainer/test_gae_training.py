@@ -8,18 +8,19 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
+from run_files import tiny_run
 from safetensors.torch import load_file
 
-from or1.trainer.run import FINAL_CRITIC_DIR, run_train
-from or1.trainer.summary import SUMMARY_FILE
+from or1.layout import FINAL_CRITIC_DIR, SUMMARY_FILE
+from or1.trainer.run import run_train
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 
 
 def train(run_dir: Path, model: Path, data: Path, stage: str, steps: int, resume: str = "never") -> Path:
-    overrides = [
-        f"model.path={model}",
-        f"data.train_files=[{data / 'train.parquet'}]",
+    overrides = tiny_run(
+        model,
+        data / "train.parquet",
         "data.validation.sets=[]",
         "algorithm.advantage=gae",
         "algorithm.lam=0.95",
@@ -27,11 +28,7 @@ def train(run_dir: Path, model: Path, data: Path, stage: str, steps: int, resume
         "algorithm.rejection_sampling=false",
         f"trainer.steps={steps}",
         "trainer.save_every=1",
-        "trainer.batch_size=8",
-        "actor.ppo_mini_batch_size=8",
-        "rollout.n=4",
-        "trainer.loggers=[jsonl]",
-    ]
+    )
     quiet = Console(file=open("/dev/null", "w"))
     return run_train(RECIPE, stage, run_dir, overrides, resume, None, quiet)
 

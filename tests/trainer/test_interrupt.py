@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 
 import pytest
-from run_files import assert_same_weights, metrics, weights
+from run_files import assert_same_weights, metrics, tiny_run, weights
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 STEPS = 4
@@ -23,19 +23,15 @@ OR1 = [sys.executable, "-m", "or1.cli"]
 
 
 def train_args(run_dir: Path, model_dir: Path, data_dir: Path) -> list[str]:
-    sets = [
-        f"model.path={model_dir}",
-        f"data.train_files=[{data_dir / 'train.parquet'}]",
+    sets = tiny_run(
+        model_dir,
+        data_dir / "train.parquet",
         f"trainer.steps={STEPS}",
         "trainer.save_every=4",  # only the last step is due: a stop mid-stage must write its own checkpoint
         "trainer.keep_checkpoints=5",
-        "trainer.batch_size=8",
-        "actor.ppo_mini_batch_size=8",
-        "rollout.n=4",
-        "trainer.loggers=[jsonl]",
         f"data.validation.sets=[{data_dir / 'validation.parquet'}]",
         "data.validation.max_problems=8",
-    ]
+    )
     return ["train", "--recipe", RECIPE, "--run-dir", str(run_dir), *[a for s in sets for a in ("--set", s)]]
 
 

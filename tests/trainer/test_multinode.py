@@ -17,7 +17,7 @@ import pytest
 import ray
 import torch
 from ray.cluster_utils import Cluster
-from run_files import assert_same_weights, metrics, wait_for_checkpoint, weights
+from run_files import assert_same_weights, metrics, tiny_run, wait_for_checkpoint, weights
 
 from or1.errors import UserError
 from or1.hybrid import ResourcePool, WorkerGroup, ray_session
@@ -56,20 +56,16 @@ def cluster():
 def command(
     run_dir: Path, model_dir: Path, data_dir: Path, layout: list[str], address: str | None
 ) -> list[str]:
-    overrides = [
-        f"model.path={model_dir}",
-        f"data.train_files=[{data_dir / 'train.parquet'}]",
+    overrides = tiny_run(
+        model_dir,
+        data_dir / "train.parquet",
         f"data.validation.sets=[{data_dir / 'validation.parquet'}]",
         "data.validation.max_problems=4",
         "data.validation.n=2",
         "trainer.steps=2",
         "trainer.save_every=1",
-        "trainer.batch_size=8",
-        "actor.ppo_mini_batch_size=8",
-        "rollout.n=4",
-        "trainer.loggers=[jsonl]",
         *layout,
-    ]
+    )
     cli = [
         sys.executable,
         "-m",

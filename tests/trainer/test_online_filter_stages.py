@@ -5,10 +5,11 @@ from pathlib import Path
 import pandas as pd
 from rich.console import Console
 
-from or1.algos.online_filter import PROMPT_STATS_FILE, PromptStats
+from or1.algos.online_filter import PromptStats
 from or1.config.loading import resolve
-from or1.trainer.data import prompt_key
-from or1.trainer.run import filtered_prompts
+from or1.data.records import prompt_key
+from or1.layout import PROMPT_STATS_FILE
+from or1.trainer.handoff import filtered_prompts
 
 
 def _rows(n: int) -> list[dict]:

@@ -10,7 +10,8 @@ from or1.data.schema import write_rows
 from or1.data.synthetic import math_train_rows
 from or1.errors import UserError
 from or1.models.tokenizer import train_tokenizer
-from or1.trainer.data import PromptLoader, encode_prompt
+from or1.tokens import prompt_ids
+from or1.trainer.prompt_loader import PromptLoader
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +44,7 @@ def test_batches_are_templated_and_resume_exactly(tokenizer, train_file: Path) -
 
 
 def test_long_prompts_are_dropped_and_too_few_is_a_user_error(tokenizer, train_file: Path) -> None:
-    lengths = sorted(len(encode_prompt(tokenizer, r["prompt"])) for r in math_train_rows(seed=1, size=10))
+    lengths = sorted(len(prompt_ids(tokenizer, r["prompt"])) for r in math_train_rows(seed=1, size=10))
     limit = lengths[5]
     loader = PromptLoader([train_file], tokenizer, batch_size=2, max_prompt_length=limit, seed=0)
     assert loader.too_long == sum(n > limit for n in lengths) and len(loader) == 10 - loader.too_long

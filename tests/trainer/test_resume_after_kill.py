@@ -18,7 +18,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from run_files import assert_same_weights, metrics, weights
+from run_files import assert_same_weights, metrics, tiny_run, weights
 from safetensors.torch import load_file, save_file
 
 from or1.trainer.checkpoint import CheckpointManager
@@ -29,19 +29,15 @@ ENV = {**os.environ, "COLUMNS": "1000"}  # rich wraps console lines at 80 column
 
 
 def command(run_dir: Path, model_dir: Path, data_dir: Path, resume: str, stage: str = "1") -> list[str]:
-    overrides = [
-        f"model.path={model_dir}",
-        f"data.train_files=[{data_dir / 'train.parquet'}]",
+    overrides = tiny_run(
+        model_dir,
+        data_dir / "train.parquet",
         f"trainer.steps={STEPS}",
         "trainer.save_every=1",
         "trainer.keep_checkpoints=5",
-        "trainer.batch_size=8",
-        "actor.ppo_mini_batch_size=8",
-        "rollout.n=4",
-        "trainer.loggers=[jsonl]",
         f"data.validation.sets=[{data_dir / 'validation.parquet'}]",
         "data.validation.max_problems=8",
-    ]
+    )
     code = (
         "import sys; from pathlib import Path; from or1.trainer.run import run_train; "
         "run_train(sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[5:], sys.argv[4], None)"

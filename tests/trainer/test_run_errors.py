@@ -42,7 +42,7 @@ def test_gpu_recipe_on_a_cpu_machine(tmp_path: Path) -> None:
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a driver without CUDA")
 def test_a_gpu_recipe_may_join_a_cluster_whose_gpus_are_on_other_machines(tmp_path: Path) -> None:
     from or1.config.loading import resolve
-    from or1.trainer.run import check_runnable
+    from or1.preflight import check_runnable
 
     cfg = resolve("tiny-gpu", 1, [f"data.train_files=[{tmp_path / 'absent.parquet'}]"])
     with pytest.raises(UserError, match="needs CUDA GPUs"):
@@ -53,17 +53,17 @@ def test_a_gpu_recipe_may_join_a_cluster_whose_gpus_are_on_other_machines(tmp_pa
 
 
 def test_vllm_engine_needs_a_usable_vllm_build(monkeypatch: pytest.MonkeyPatch) -> None:
-    from or1.engines import vllm_compat
-    from or1.trainer.run import check_vllm_usable
+    from or1 import preflight
+    from or1.preflight import check_vllm_usable
 
-    monkeypatch.setattr(vllm_compat, "installed_build", lambda: None)
+    monkeypatch.setattr(preflight, "installed_build", lambda: None)
     with pytest.raises(UserError, match=r"needs vLLM .*or pass --set rollout.engine=hf"):
         check_vllm_usable(on_cpu=True)
-    monkeypatch.setattr(vllm_compat, "installed_build", lambda: ("vllm", "0.32.1"))
+    monkeypatch.setattr(preflight, "installed_build", lambda: ("vllm", "0.32.1"))
     with pytest.raises(UserError, match="is a GPU build and this run is on CPU"):
         check_vllm_usable(on_cpu=True)
     check_vllm_usable(on_cpu=False)
-    monkeypatch.setattr(vllm_compat, "installed_build", lambda: ("vllm", "0.8.5"))
+    monkeypatch.setattr(preflight, "installed_build", lambda: ("vllm", "0.8.5"))
     with pytest.raises(
         UserError, match=r"vLLM 0.8.5 is outside the range or1 supports \(0.32 <= version < 0.34\)"
     ):
@@ -131,7 +131,7 @@ def test_resume_under_a_changed_config_lists_the_differences(tmp_path: Path, inp
     assert "--allow-config-change" in message
     # how the run is operated (loggers, checkpoints kept) may change on a resume
     from or1.config.loading import resolve
-    from or1.trainer.run import check_config_unchanged
+    from or1.trainer.resume import check_config_unchanged
 
     cfg = resolve(RECIPE, "1", [*inputs, "trainer.loggers=[jsonl]", "trainer.keep_checkpoints=7"])
     check_config_unchanged(cfg, run_dir / "stage1", False, None)  # type: ignore[arg-type]

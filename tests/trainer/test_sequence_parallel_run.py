@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 from rich.console import Console
-from run_files import metrics, weights
+from run_files import metrics, tiny_run, weights
 
-from or1.trainer.run import FINAL_CRITIC_DIR, run_train
+from or1.layout import FINAL_CRITIC_DIR
+from or1.trainer.run import run_train
 
 # Adam's first step moves each weight by ~lr * sign(grad): float rounding may flip the sign of a near-zero gradient
 LR = 1e-4
@@ -18,22 +19,18 @@ RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 
 
 def train(run_dir: Path, model: Path, data: Path, sp: int) -> Path:
-    overrides = [
-        f"model.path={model}",
-        f"data.train_files=[{data / 'train.parquet'}]",
+    overrides = tiny_run(
+        model,
+        data / "train.parquet",
         "data.validation.sets=[]",
         "algorithm.advantage=gae",
         "algorithm.rejection_sampling=false",
         "trainer.steps=1",
-        "trainer.batch_size=8",
-        "actor.ppo_mini_batch_size=8",
-        "rollout.n=4",
-        "trainer.loggers=[jsonl]",
         f"actor.lr={LR}",
         f"critic.lr={LR}",
         f"actor.sequence_parallel_size={sp}",
         f"critic.sequence_parallel_size={sp}",
-    ]
+    )
     return run_train(RECIPE, "1", run_dir, overrides, "never", None, Console(file=open("/dev/null", "w")))
 
 

@@ -32,7 +32,7 @@ def test_validation_sets_are_encoded_and_capped(tmp_path, tiny_model_dir):
     path = tmp_path / "val.parquet"
     pd.DataFrame(rows).to_parquet(path)
     cfg = resolve(RECIPE, 1, [f"data.validation.sets=[{path}]", "data.max_prompt_length=32"])
-    from or1.engines.loading import load_tokenizer
+    from or1.tokens import load_tokenizer
 
     (vset,) = load_validation_sets(cfg, load_tokenizer(tiny_model_dir))
     assert vset.name == "val" and len(vset.prompts) == 2 and vset.too_long == 1

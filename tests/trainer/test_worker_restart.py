@@ -10,24 +10,20 @@ import subprocess
 import sys
 from pathlib import Path
 
-from run_files import wait_for_checkpoint
+from run_files import tiny_run, wait_for_checkpoint
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 STEPS = 3
 
 
 def command(run_dir: Path, model_dir: Path, data_dir: Path) -> list[str]:
-    overrides = [
-        f"model.path={model_dir}",
-        f"data.train_files=[{data_dir / 'train.parquet'}]",
+    overrides = tiny_run(
+        model_dir,
+        data_dir / "train.parquet",
         "data.validation.sets=[]",
         f"trainer.steps={STEPS}",
         "trainer.save_every=1",
-        "trainer.batch_size=8",
-        "actor.ppo_mini_batch_size=8",
-        "rollout.n=4",
-        "trainer.loggers=[jsonl]",
-    ]
+    )
     sets = [x for o in overrides for x in ("--set", o)]
     cli = [sys.executable, "-m", "or1.cli", "train", "--recipe", RECIPE, "--stage", "1"]
     return [*cli, "--run-dir", str(run_dir), "--resume", "never", *sets]

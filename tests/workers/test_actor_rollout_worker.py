@@ -9,10 +9,11 @@ import pytest
 import torch
 
 from or1.config.loading import resolve
-from or1.engines.loading import load_tokenizer
 from or1.hybrid import ResourcePool, WorkerError, colocate, ray_session
-from or1.trainer.data import PromptLoader
-from or1.trainer.rewards import REWARD_COLUMNS, RewardManager
+from or1.hybrid.columns import REWARD_COLUMNS
+from or1.tokens import load_tokenizer
+from or1.trainer.prompt_loader import PromptLoader
+from or1.trainer.rewards import RewardManager
 from or1.trainer.validation import load_validation_sets, validate
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 

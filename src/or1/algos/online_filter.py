@@ -16,9 +16,8 @@ import pyarrow.parquet as pq
 import torch
 
 from or1.algos.filters import as_numpy
+from or1.atomic import atomic_path
 from or1.errors import UserError
-
-PROMPT_STATS_FILE = "prompt_stats.parquet"
 
 
 class PromptStats:
@@ -79,9 +78,8 @@ class PromptStats:
         """Write the parquet file atomically (write aside, then rename), so a kill never leaves half a file."""
         path = Path(path)
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(path.name + ".tmp")
-        pq.write_table(self.to_table(), tmp)
-        os.replace(tmp, path)
+        with atomic_path(path) as tmp:
+            pq.write_table(self.to_table(), tmp)
 
     @classmethod
     def load(cls, path: str | os.PathLike) -> PromptStats:

@@ -6,7 +6,6 @@ different runs compare. The generators themselves live in synthetic_math.py and 
 
 from __future__ import annotations
 
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from or1.atomic import atomic_path
 from or1.data.schema import write_rows
 from or1.data.synthetic_code import code_row, code_tasks
 from or1.data.synthetic_math import (
@@ -100,8 +100,8 @@ def write_tiny_dataset(
 
 
 def _write_atomically(path: Path, rows: list[dict]) -> Path:
-    tmp = write_rows(path.with_name(f".{path.name}.tmp"), rows)
-    os.replace(tmp, path)
+    with atomic_path(path) as tmp:
+        write_rows(tmp, rows)
     return path
 
 

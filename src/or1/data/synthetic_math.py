@@ -14,9 +14,8 @@ from typing import Any
 from or1.data.schema import make_row
 
 MATH_SOURCE = "tiny-math-arith"
-VALIDATION_SEED = (
-    314159  # the validation set is fixed, whatever seed trains: results stay comparable across runs
-)
+# the validation set is fixed, whatever seed trains: results stay comparable across runs
+VALIDATION_SEED = 314159
 VALIDATION_OPS = (3, 4, 5, 6)
 VALIDATION_PER_OPS = 50
 

@@ -12,7 +12,7 @@ and right-padded responses, `responses` / `response_mask` [B, R] (the last R col
 is the loss mask), plus `old_log_probs`, `advantages` (and `ref_log_probs`) [B, R] for the policy's update and
 `values`, `returns` [B, R] for the critic's. Micro-batches hold `micro_batch_size` rows, or as many consecutive
 rows as fit `max_tokens_per_micro_batch` tokens. With `remove_padding` a micro-batch's sequences are packed
-end to end into as few rows as fit (`pack_rows`; position ids restart at 0 per sequence and no attention mask, from
+end to end into as few rows as fit (`packing.pack_rows`; position ids restart at 0 per sequence and no attention mask, from
 which transformers builds a mask that keeps attention inside each sequence), so almost no compute goes to pad
 tokens; without it, the micro-batch is cut to its longest prompt and response and padded. Either way the outputs
 come back in the [b, R] layout above. On the CPU, attention goes through `attention.grouped_sdpa`.
@@ -32,7 +32,6 @@ each packed into one row and split token-wise over the group, and each returns t
 
 from __future__ import annotations
 
-import math
 import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -64,8 +63,21 @@ from or1.algos.losses import (
 from or1.engines import ulysses
 from or1.engines.attention import use_grouped_sdpa
 from or1.engines.loading import load_causal_lm, load_value_model
+from or1.engines.packing import Window, even_slices, packed_window, padded_window, token_budget_slices
 from or1.errors import UserError
 from or1.hybrid.batch import Batch
+from or1.hybrid.columns import (
+    ADVANTAGES,
+    ATTENTION_MASK,
+    ENTROPY,
+    INPUT_IDS,
+    LOG_PROBS,
+    OLD_LOG_PROBS,
+    REF_LOG_PROBS,
+    RESPONSE_MASK,
+    RETURNS,
+    VALUES,
+)
 
 if TYPE_CHECKING:
     from or1.config.schema import ActorConfig, CriticConfig, RunConfig
@@ -246,13 +258,13 @@ class FSDPEngine:
     def _group_share(self, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], slice]:
         """The SP group's pooled rows (its ranks' shares in rank order) and this rank's rows within them."""
         if self.sp_group is None:
-            return tensors, slice(0, tensors["input_ids"].shape[0])
+            return tensors, slice(0, tensors[INPUT_IDS].shape[0])
         shares: list[dict[str, torch.Tensor] | None] = [None] * self.sp
         dist.all_gather_object(shares, tensors, group=self.sp_group)
-        sizes = [share["input_ids"].shape[0] for share in shares]
+        sizes = [share[INPUT_IDS].shape[0] for share in shares]
         start = sum(sizes[: dist.get_rank(self.sp_group)])
         pooled = {key: torch.cat([share[key] for share in shares]) for key in tensors}
-        return pooled, slice(start, start + tensors["input_ids"].shape[0])
+        return pooled, slice(start, start + tensors[INPUT_IDS].shape[0])
 
     @torch.no_grad()
     def _inference(self, batch: Batch, forward: MicroForward) -> Batch:
@@ -262,7 +274,7 @@ class FSDPEngine:
         tensors, own = self._group_share(batch.tensors)
         outs: dict[str, list[torch.Tensor]] = {}
         try:
-            for rows in self._micro_slices(tensors["attention_mask"]):
+            for rows in self._micro_slices(tensors[ATTENTION_MASK]):
                 result = forward(_take(tensors, rows, self.device))
                 if rows.stop > rows.start:  # a padding micro-batch only keeps the collectives aligned
                     for key, value in result.items():
@@ -280,15 +292,15 @@ class FSDPEngine:
         size. Returns metrics averaged over all ranks.
         """
         assert self.optimizer is not None and self.scheduler is not None, "a frozen engine does not train"
-        rows = tensors["input_ids"].shape[0]
+        rows = tensors[INPUT_IDS].shape[0]
         sums: dict[str, float] = {}
         steps = 0
         self.model.train()
         for _ in range(self.settings.epochs):
-            for mini in _even_slices(rows, self.settings.mini_batches):
+            for mini in even_slices(rows, self.settings.mini_batches):
                 mini_tensors, _ = self._group_share(_take(tensors, mini))  # an SP group pools its ranks' rows
-                tokens, seqs = self._global_counts(mini_tensors["response_mask"])
-                slices = self._micro_slices(mini_tensors["attention_mask"])
+                tokens, seqs = self._global_counts(mini_tensors[RESPONSE_MASK])
+                slices = self._micro_slices(mini_tensors[ATTENTION_MASK])
                 for i, micro_rows in enumerate(slices):
                     self.model.set_requires_gradient_sync(i == len(slices) - 1)  # reduce once per mini-batch
                     loss, metrics = micro_loss(
@@ -481,15 +493,15 @@ class FSDPTrainEngine(FSDPEngine):
         if self.sp_group is not None:  # every position's outputs on this rank's slice, gathered, then picked
 
             def per_token(logits: torch.Tensor, next_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-                out = {"log_probs": token_log_probs(logits, next_tokens, temperature)}
+                out = {LOG_PROBS: token_log_probs(logits, next_tokens, temperature)}
                 if with_entropy:
-                    out["entropy"] = entropy_from_logits(
+                    out[ENTROPY] = entropy_from_logits(
                         logits if entropy_grad else logits.detach(), temperature
                     )
                 return out
 
             outs = self._sequence_parallel_forward(window, per_token)
-            log_probs, entropy = window.picked(outs["log_probs"]), outs.get("entropy")
+            log_probs, entropy = window.picked(outs[LOG_PROBS]), outs.get(ENTROPY)
             entropy = window.picked(entropy) if entropy is not None else None
         else:
             logits = window.kept(
@@ -506,7 +518,7 @@ class FSDPTrainEngine(FSDPEngine):
 
         def forward(micro: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
             log_probs, entropy = self._forward(micro, temperature, with_entropy)
-            return {"log_probs": log_probs} | ({"entropy": entropy} if entropy is not None else {})
+            return {LOG_PROBS: log_probs} | ({ENTROPY: entropy} if entropy is not None else {})
 
         return self._inference(batch, forward)
 
@@ -520,7 +532,7 @@ class FSDPTrainEngine(FSDPEngine):
         full-vocabulary `entropy` metric is then computed here in its place. The metric `sampled_entropy` is the
         mean negative log-prob of the loss tokens under the weights before the step (the entropy controller's e_k).
         """
-        on_policy = "old_log_probs" not in batch.tensors
+        on_policy = OLD_LOG_PROBS not in batch.tensors
         if on_policy and (self.settings.mini_batches, self.settings.epochs) != (1, 1):
             raise ValueError(
                 "train_step without old_log_probs needs one mini-batch and one epoch (an on-policy update)"
@@ -533,17 +545,17 @@ class FSDPTrainEngine(FSDPEngine):
             current = log_probs.detach()
             loss, metrics = policy_loss(
                 log_probs,
-                current if on_policy else micro["old_log_probs"],
-                micro["advantages"],
-                micro["response_mask"],
+                current if on_policy else micro[OLD_LOG_PROBS],
+                micro[ADVANTAGES],
+                micro[RESPONSE_MASK],
                 loss_cfg,
                 entropy=entropy,
                 entropy_coef=entropy_coef,
-                ref_log_probs=micro.get("ref_log_probs"),
+                ref_log_probs=micro.get(REF_LOG_PROBS),
                 num_tokens=num_tokens,
                 num_seqs=num_seqs,
             )
-            metrics["sampled_entropy"] = masked_mean(-current, micro["response_mask"])
+            metrics["sampled_entropy"] = masked_mean(-current, micro[RESPONSE_MASK])
             return loss, metrics
 
         return self._update(batch.tensors, micro_loss)
@@ -560,16 +572,14 @@ class FSDPCriticEngine(FSDPEngine):
         """Values [b, R]: V_t is read where the policy's logits for response token t are (the state before it)."""
         window = self._window(micro)
         if self.sp_group is not None:
-            outs = self._sequence_parallel_forward(
-                window, lambda logits, _: {"values": logits[..., 0].float()}
-            )
-            return window.scatter(window.picked(outs["values"]))
+            outs = self._sequence_parallel_forward(window, lambda logits, _: {VALUES: logits[..., 0].float()})
+            return window.scatter(window.picked(outs[VALUES]))
         out = self.model(**window.inputs, use_cache=False)
         return window.scatter(window.picked(out.logits)[..., 0].float())
 
     def values(self, batch: Batch) -> Batch:
         """The critic's values (key `values`) of every response token, [B, R]."""
-        return self._inference(batch, lambda micro: {"values": self._forward(micro)})
+        return self._inference(batch, lambda micro: {VALUES: self._forward(micro)})
 
     def train_step(self, batch: Batch) -> dict[str, float]:
         """One clipped value-regression update towards `returns` (see `FSDPEngine._update`)."""
@@ -577,9 +587,9 @@ class FSDPCriticEngine(FSDPEngine):
         def micro_loss(micro: dict[str, torch.Tensor], num_tokens: float, num_seqs: float):
             return value_loss(
                 self._forward(micro),
-                micro["values"],
-                micro["returns"],
-                micro["response_mask"],
+                micro[VALUES],
+                micro[RETURNS],
+                micro[RESPONSE_MASK],
                 cliprange=self.cliprange_value,
                 num_tokens=num_tokens,
             )
@@ -606,150 +616,11 @@ def _take(
     return {k: v[rows] if device is None else v[rows].to(device) for k, v in tensors.items()}
 
 
-def _even_slices(rows: int, parts: int) -> list[slice]:
-    """`parts` contiguous ranges covering `rows` as evenly as possible (fewer when rows < parts)."""
-    parts = max(1, min(parts, rows))
-    size = math.ceil(rows / parts)
-    return [slice(i, min(i + size, rows)) for i in range(0, rows, size)]
-
-
 def _own_storage(t: torch.Tensor) -> torch.Tensor:
     """A tensor that owns exactly its bytes (safetensors refuses views into larger gathered buffers)."""
     if t.is_contiguous() and t.untyped_storage().nbytes() == t.numel() * t.element_size():
         return t
     return t.clone(memory_format=torch.contiguous_format)
-
-
-def token_budget_slices(lengths: list[int], budget: int) -> list[slice]:
-    """Consecutive row ranges whose token counts add up to at most `budget` (a longer row gets a range alone)."""
-    slices, start, used = [], 0, 0
-    for row, length in enumerate(lengths):
-        if row > start and used + length > budget:
-            slices.append(slice(start, row))
-            start, used = row, 0
-        used += length
-    if len(lengths) > start:
-        slices.append(slice(start, len(lengths)))
-    return slices
-
-
-def pack_rows(lengths: list[int]) -> tuple[int, list[list[int]]]:
-    """Sequences of these lengths packed end to end into rows: the row width and each row's sequence indices.
-
-    First-fit decreasing, at the width from the longest sequence to twice it (in eighths) that needs the fewest
-    positions in all (the narrowest of equals: attention costs width x positions). One dense row for everything
-    would be the fewest positions, but CPU attention (sdpa, eager) then masks a square over the whole row.
-    """
-    longest = max(lengths)
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    best: tuple[int, list[list[int]]] | None = None
-    for width in sorted({math.ceil(longest * (8 + k) / 8) for k in range(9)}):
-        rows: list[list[int]] = []
-        room: list[int] = []
-        for i in order:
-            row = next((r for r, free in enumerate(room) if free >= lengths[i]), None)
-            if row is None:
-                rows.append([])
-                room.append(width)
-                row = len(rows) - 1
-            rows[row].append(i)
-            room[row] -= lengths[i]
-        if best is None or len(rows) * width < len(best[1]) * best[0]:
-            best = (width, rows)
-    assert best is not None
-    return best
-
-
-@dataclass(frozen=True)
-class Window:
-    """A micro-batch as the model sees it, and the way back from per-position outputs to the [b, R] layout.
-
-    Position t's output belongs to response token t + 1 (the causal LM's logits predict it; the critic's value is
-    the state before it). `keep` says which positions those are: the last `keep` columns of a padded window, or the
-    flat indices into a packed window's rows. `logits_to_keep` is what the causal LM is asked for (only those
-    positions where it can pick them itself: padded, or one packed row) and `kept` turns its logits into
-    response-aligned outputs ([b, R'] padded, [1, N] packed, like `targets`); `picked` does the same for outputs of
-    every position (the critic's), and `scatter` puts response-aligned values into [b, R] with 0 where a row has no
-    token.
-    """
-
-    inputs: dict[str, torch.Tensor]  # input_ids, position_ids (and attention_mask when padded)
-    keep: int | torch.Tensor
-    targets: torch.Tensor  # the response tokens, response-aligned
-    real: torch.Tensor  # [b, R] bool: slots that hold a response token
-    packed: bool
-
-    @property
-    def logits_to_keep(self) -> int | torch.Tensor:
-        one_row = self.inputs["input_ids"].shape[0] == 1
-        return 0 if self.packed and not one_row else self.keep  # 0: every position
-
-    def kept(self, outputs: torch.Tensor) -> torch.Tensor:
-        if not self.packed:
-            return outputs[:, :-1]
-        return outputs if self.inputs["input_ids"].shape[0] == 1 else self.picked(outputs)
-
-    def picked(self, outputs: torch.Tensor) -> torch.Tensor:
-        if self.packed:
-            return outputs.reshape(1, -1, *outputs.shape[2:])[:, self.keep]
-        return outputs[:, -self.keep : -1]
-
-    def scatter(self, values: torch.Tensor) -> torch.Tensor:
-        if self.packed:
-            return values.new_zeros(self.real.shape).masked_scatter(self.real, values.reshape(-1))
-        # 0 on rows shorter than the longest
-        values = values * self.real[:, : values.shape[1]].to(values.dtype)
-        return torch.nn.functional.pad(values, (0, self.real.shape[1] - values.shape[1]))
-
-
-def padded_window(micro: dict[str, torch.Tensor]) -> Window:
-    """The micro-batch cut to its longest prompt and longest response R' (left / right padding kept)."""
-    ids, mask = micro["input_ids"], micro["attention_mask"]
-    prompt_width = ids.shape[1] - micro["responses"].shape[1]
-    keep_resp = max(1, int(mask[:, prompt_width:].sum(-1).max()))  # longest response in this micro-batch
-    first = int(prompt_width - mask[:, :prompt_width].sum(-1).max())  # longest prompt's first column
-    end = prompt_width + keep_resp
-    ids, mask = ids[:, first:end], mask[:, first:end]
-    inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
-    # the last R' + 1 positions predict the R' responses (the very last predicts nothing kept)
-    targets = micro["responses"][:, :keep_resp]
-    return Window(inputs, keep_resp + 1, targets, micro["attention_mask"][:, prompt_width:].bool(), False)
-
-
-def packed_window(micro: dict[str, torch.Tensor], *, one_row: bool = False) -> Window:
-    """The real tokens of the rows packed end to end, position ids restarting at 0 per sequence: into the rows
-    `pack_rows` chooses, or all into a single row. A row's unused tail is one more sequence (pad ids, positions
-    from 0) whose outputs are never read.
-
-    Every row needs a prompt token: the first response token is predicted from the position before it.
-    """
-    ids, mask = micro["input_ids"], micro["attention_mask"]
-    prompt_width = ids.shape[1] - micro["responses"].shape[1]
-    valid = mask.bool()
-    if not bool(valid[:, :prompt_width].any(-1).all()):
-        raise ValueError("packed micro-batches need at least one prompt token per row")
-    lengths = valid.sum(-1)
-    if one_row:
-        width, rows = int(lengths.sum()), [list(range(len(lengths)))]
-    else:
-        width, rows = pack_rows(lengths.tolist())
-    start = torch.empty_like(lengths)  # each sequence's first index in the flattened rows
-    used = torch.empty(len(rows), dtype=lengths.dtype)
-    for r, members in enumerate(rows):
-        offsets = lengths[members].cumsum(0)
-        start[members] = r * width + offsets - lengths[members]
-        used[r] = offsets[-1]
-    position = mask.cumsum(-1) - 1  # each real token's position in its sequence
-    where = start[:, None] + position  # ... and its index in the flattened rows
-    column = torch.arange(width)
-    flat_positions = (column[None] - used[:, None]).clamp(min=0)  # the tails count from 0
-    flat_positions.view(-1)[where[valid]] = position[valid]
-    flat_ids = ids.new_zeros(len(rows) * width)
-    flat_ids[where[valid]] = ids[valid]
-    real = valid[:, prompt_width:]
-    inputs = {"input_ids": flat_ids.view(len(rows), width), "position_ids": flat_positions}
-    keep = where[:, prompt_width:][real] - 1  # the position before each response token
-    return Window(inputs, keep, micro["responses"][real][None], real, True)
 
 
 def _weighted(metrics: dict[str, float]) -> dict[str, float]:

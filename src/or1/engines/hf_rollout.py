@@ -14,8 +14,9 @@ import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from or1.engines.attention import use_grouped_sdpa
-from or1.engines.rollout import Generations, SamplingParams, check_prompts, pad_id_of
+from or1.engines.rollout import Generations, SamplingParams, check_prompts
 from or1.errors import UserError
+from or1.tokens import pad_id
 
 
 class HFRolloutEngine:
@@ -33,7 +34,7 @@ class HFRolloutEngine:
             use_grouped_sdpa(model)
         self.model = model
         self.micro_batch_size = micro_batch_size
-        self.pad_token_id = pad_id_of(tokenizer)
+        self.pad_token_id = pad_id(tokenizer)
         eos = model.generation_config.eos_token_id if model.generation_config is not None else None
         eos = tokenizer.eos_token_id if eos is None else eos
         self.default_stop_ids = [eos] if isinstance(eos, int) else list(eos)
@@ -88,7 +89,7 @@ class HFRolloutEngine:
         token_log_probs: list[list[float]] = [[] for _ in rows]
         stopped = [False] * len(rows)
         step_ids, step_pos = input_ids, positions
-        for _ in range(sampling.max_new_tokens):
+        for _ in range(sampling.max_response_length):
             logits = self.model(
                 input_ids=step_ids,
                 attention_mask=mask,
@@ -147,9 +148,8 @@ def sample_next(
         sorted_logits, order = logits.sort(dim=-1, descending=True)
         probs = sorted_logits.softmax(dim=-1)
         mass_before = probs.cumsum(dim=-1) - probs
-        sorted_logits = sorted_logits.masked_fill(
-            mass_before >= top_p, float("-inf")
-        )  # the top token always stays
+        # the top token always stays
+        sorted_logits = sorted_logits.masked_fill(mass_before >= top_p, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
     chosen = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
     return chosen.squeeze(-1), logits.log_softmax(dim=-1).gather(-1, chosen).squeeze(-1)

@@ -1,54 +1,27 @@
-"""Load a tokenizer, causal LM or value model from a local folder or hub id, the same way everywhere in or1.
+"""Load a causal LM, a value model or a rollout engine from a local folder or hub id, the same way everywhere in or1.
 
-transformers is imported where it is used: its Auto classes pull in the modeling stack (torch.distributed,
-dynamo: seconds of CPU), which the controller, which only tokenizes, never needs.
+`load_rollout_engine` is the one place that picks the engine (`rollout.engine` / `--engine`: the Hugging Face loop
+or vLLM): the training ranks, validation, `or1 eval`, the tiny solve-rate check and difficulty estimation all build
+theirs here, so the interface module (`or1.engines.rollout`) imports no implementation. Tokenizers load in
+`or1.tokens`. transformers is imported where it is used: its Auto classes pull in the modeling stack
+(torch.distributed, dynamo: seconds of CPU).
 """
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from or1.errors import UserError
 
+ENGINES = ("hf", "vllm")
+
 if TYPE_CHECKING:
     import torch
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
-OR1_TINY_MARKER = "or1_tiny"  # key in config.json that init_tiny_model writes
-
-
-def is_or1_tiny(path: str | Path) -> bool:
-    """True when `path` is a folder written by init_tiny_model."""
-    config = Path(path) / "config.json"
-    if not config.is_file():
-        return False
-    return bool(json.loads(config.read_text()).get(OR1_TINY_MARKER, False))
-
-
-def load_tokenizer(path: str | Path) -> PreTrainedTokenizerBase:
-    """The tokenizer of a model folder or hub id.
-
-    An or1 tiny folder is loaded as a plain PreTrainedTokenizerFast from its tokenizer.json: transformers 5 swaps in
-    Qwen2's own pre-tokenizer regex when AutoTokenizer sees a qwen2 config beside it, which is not the split the
-    tiny model was trained on.
-    """
-    folder = Path(path)
-    if is_or1_tiny(folder):
-        # Imported alone: AutoTokenizer's module pulls in the Auto model classes and torch (seconds of CPU)
-        from transformers import PreTrainedTokenizerFast
-
-        if not (folder / "tokenizer.json").is_file():
-            raise UserError(f"{folder} has no tokenizer.json; rebuild it with `or1 init-model`.")
-        return PreTrainedTokenizerFast.from_pretrained(str(folder))
-    from transformers import AutoTokenizer
-
-    try:
-        return AutoTokenizer.from_pretrained(str(path))
-    except OSError as err:
-        raise UserError(f"Cannot load a tokenizer from {path}: {err}") from None
+    from or1.engines.rollout import RolloutEngine
 
 
 def load_causal_lm(path: str | Path, dtype: torch.dtype | None = None) -> PreTrainedModel:
@@ -87,3 +60,72 @@ def load_value_model(path: str | Path, dtype: torch.dtype | None = None) -> PreT
         report.setLevel(level)
     model.config.architectures = [type(model).__name__]  # what a saved critic folder says it is
     return model.eval()
+
+
+def load_rollout_engine(
+    kind: str,
+    model_path: str | Path,
+    *,
+    tokenizer: PreTrainedTokenizerBase | None = None,
+    device: torch.device | None = None,
+    dtype: str | None = None,
+    max_model_len: int | None = None,
+    micro_batch_size: int = 64,
+    seed: int = 0,
+    tensor_parallel_size: int = 1,
+    gpu_memory_utilization: float = 0.6,
+    cpu_kv_cache_gib: float = 1.0,
+    distributed: bool = False,
+) -> RolloutEngine:
+    """The rollout engine `kind` ("hf" or "vllm") over the model in `model_path`.
+
+    `tokenizer` None: the folder's own. `device` None: a GPU when one is visible, else the CPU. `dtype` None: float32
+    on CPU, bfloat16 on a GPU. `distributed` (training): every rank builds its vLLM engine in the same call, joining
+    the ranks' torch.distributed world; the tensor-parallel and memory settings apply to vLLM only.
+    """
+    import torch
+
+    from or1.tokens import load_tokenizer, pad_id
+
+    if kind not in ENGINES:
+        raise UserError(f"Unknown rollout engine {kind!r}; choose hf or vllm.")
+    tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model_path)
+    gpu = torch.cuda.is_available()
+    dtype = dtype or ("bfloat16" if gpu else "float32")
+    if kind == "vllm":
+        from or1.engines.vllm_rollout import VLLMRolloutEngine
+
+        return VLLMRolloutEngine(
+            model_path,
+            stop_ids_of(model_path, tokenizer),
+            pad_token_id=pad_id(tokenizer),
+            dtype=dtype,
+            max_model_len=max_model_len,
+            seed=seed,
+            tensor_parallel_size=tensor_parallel_size,
+            gpu_memory_utilization=gpu_memory_utilization,
+            cpu_kv_cache_gib=cpu_kv_cache_gib,
+            distributed=distributed,
+        )
+    from or1.engines.hf_rollout import HFRolloutEngine
+
+    model = load_causal_lm(model_path, getattr(torch, dtype))
+    if device is not None:
+        model = model.to(device)
+    elif gpu:
+        model = model.to("cuda")
+    return HFRolloutEngine(model, tokenizer, micro_batch_size=micro_batch_size)
+
+
+def stop_ids_of(model_path: str | Path, tokenizer: PreTrainedTokenizerBase) -> list[int]:
+    """The default stop tokens of a model folder: generation_config's eos id(s), else the tokenizer's eos."""
+    from transformers import GenerationConfig
+
+    try:
+        eos = GenerationConfig.from_pretrained(str(model_path)).eos_token_id
+    except OSError:
+        eos = None
+    eos = tokenizer.eos_token_id if eos is None else eos
+    if eos is None:
+        raise UserError(f"{model_path}: neither generation_config.json nor the tokenizer names an eos token")
+    return [eos] if isinstance(eos, int) else list(eos)

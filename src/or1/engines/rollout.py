@@ -1,10 +1,11 @@
 """The rollout interface: sample responses from token ids with any engine (Hugging Face loop or vLLM).
 
 Training (each rank's colocated rollout), validation, `or1 eval`, the tiny solve-rate check and data difficulty
-estimation all sample through `RolloutEngine.generate_ids`; `rollout.engine` (or `--engine`) picks the engine.
+estimation all sample through `RolloutEngine.generate_ids`; `rollout.engine` (or `--engine`) picks the engine, in
+`or1.engines.loading.load_rollout_engine` (this module imports no engine).
 Conventions every engine keeps, so callers never branch on the engine:
 - responses are token ids; a stop token that ended a response is its last token;
-- `truncated` is True exactly when a response hit `max_new_tokens` without a stop token;
+- `truncated` is True exactly when a response hit `max_response_length` without a stop token;
 - `log_probs` are the sampled tokens' log-probabilities under the sampling distribution (temperature and top_p
   applied), the same quantity the actor recomputes for PPO's ratio;
 - a seeded call is reproducible: the same prompts, settings and seed give the same tokens.
@@ -14,14 +15,12 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Protocol
-
-import torch
+from typing import TYPE_CHECKING, Protocol
 
 from or1.errors import UserError
 
-ENGINES = ("hf", "vllm")
+if TYPE_CHECKING:
+    import torch
 
 
 @dataclass
@@ -31,14 +30,15 @@ class SamplingParams:
     n: int = 1
     temperature: float = 1.0
     top_p: float = 1.0
-    max_new_tokens: int = 256
+    max_response_length: int = 256
     stop_token_ids: list[int] = field(default_factory=list)
     seed: int | None = None  # None: unseeded (not reproducible)
 
     def check(self) -> None:
-        if self.n < 1 or self.max_new_tokens < 1:
+        if self.n < 1 or self.max_response_length < 1:
             raise UserError(
-                f"n and max_new_tokens must be at least 1, got n={self.n}, max_new_tokens={self.max_new_tokens}."
+                "n and max_response_length must be at least 1, got "
+                f"n={self.n}, max_response_length={self.max_response_length}."
             )
         if self.temperature < 0 or not 0 < self.top_p <= 1:
             raise UserError(
@@ -51,7 +51,7 @@ class Generations:
     """Sampled token ids, prompt-major: the n samples of prompt i are rows i*n .. i*n+n-1."""
 
     responses: list[list[int]]  # the stop token is included when one was hit
-    truncated: list[bool]  # True when max_new_tokens was reached without a stop token
+    truncated: list[bool]  # True when max_response_length was reached without a stop token
     log_probs: list[list[float]] | None = None  # per response token, under the sampling distribution
 
 
@@ -78,58 +78,3 @@ def check_prompts(prompts: list[list[int]], sampling: SamplingParams) -> None:
     sampling.check()
     if any(len(p) == 0 for p in prompts):
         raise UserError("Every prompt needs at least one token; found an empty prompt.")
-
-
-def stop_ids_of(model_path: str | Path, tokenizer) -> list[int]:
-    """The default stop tokens of a model folder: generation_config's eos id(s), else the tokenizer's eos."""
-    from transformers import GenerationConfig
-
-    try:
-        eos = GenerationConfig.from_pretrained(str(model_path)).eos_token_id
-    except OSError:
-        eos = None
-    eos = tokenizer.eos_token_id if eos is None else eos
-    if eos is None:
-        raise UserError(f"{model_path}: neither generation_config.json nor the tokenizer names an eos token")
-    return [eos] if isinstance(eos, int) else list(eos)
-
-
-def load_rollout_engine(
-    kind: str,
-    model_path: str | Path,
-    *,
-    max_model_len: int | None = None,
-    micro_batch_size: int = 64,
-    seed: int = 0,
-    dtype: str | None = None,
-) -> RolloutEngine:
-    """A standalone engine over a saved model (evaluation, solve rates, difficulty); `dtype` None: float32 on CPU,
-    bfloat16 on a GPU."""
-    from or1.engines.loading import load_tokenizer
-
-    if kind not in ENGINES:
-        raise UserError(f"Unknown rollout engine {kind!r}; choose hf or vllm.")
-    tokenizer = load_tokenizer(model_path)
-    gpu = torch.cuda.is_available()
-    dtype = dtype or ("bfloat16" if gpu else "float32")
-    if kind == "vllm":
-        from or1.engines.vllm_rollout import VLLMRolloutEngine
-
-        return VLLMRolloutEngine(
-            model_path,
-            stop_ids_of(model_path, tokenizer),
-            pad_token_id=pad_id_of(tokenizer),
-            dtype=dtype,
-            max_model_len=max_model_len,
-            seed=seed,
-        )
-    from or1.engines.hf_rollout import HFRolloutEngine
-    from or1.engines.loading import load_causal_lm
-
-    model = load_causal_lm(model_path, getattr(torch, dtype))
-    return HFRolloutEngine(model.to("cuda") if gpu else model, tokenizer, micro_batch_size=micro_batch_size)
-
-
-def pad_id_of(tokenizer) -> int:
-    """The id that pads prompts and responses: the tokenizer's pad token, else its eos."""
-    return tokenizer.pad_token_id if tokenizer.pad_token_id is not None else tokenizer.eos_token_id

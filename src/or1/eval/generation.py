@@ -12,8 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from or1.engines.rollout import RolloutEngine, SamplingParams, load_rollout_engine
+from or1.engines.rollout import RolloutEngine, SamplingParams
 from or1.eval.protocols import EvalSampling
+from or1.tokens import prompt_ids
 
 Messages = list[dict[str, str]]
 
@@ -28,22 +29,14 @@ class Completion:
 
 
 Sampler = Callable[[list[Messages], int], list[Completion]]  # (prompts, seed) -> one completion per prompt
-DEFAULT_BATCH = {
-    "hf": 32,
-    "vllm": 1024,
-}  # samples per generate call: small on CPU, large enough to fill a GPU
-
-
-def chat_ids(tokenizer: Any, messages: Messages) -> list[int]:
-    """Token ids of `messages` under the tokenizer's chat template, ready for the assistant's turn."""
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True, tokenize=False)
-    return tokenizer.encode(text, add_special_tokens=False)
+# samples per generate call: small on CPU, large enough to fill a GPU
+DEFAULT_BATCH = {"hf": 32, "vllm": 1024}
 
 
 def _completions(
     engine: RolloutEngine, tokenizer: Any, prompts: list[Messages], params: Any
 ) -> list[Completion]:
-    out = engine.generate_ids([chat_ids(tokenizer, m) for m in prompts], params)
+    out = engine.generate_ids([prompt_ids(tokenizer, m) for m in prompts], params)
     return [
         Completion(tokenizer.decode(ids, skip_special_tokens=True), len(ids), cut)
         for ids, cut in zip(out.responses, out.truncated, strict=True)
@@ -58,7 +51,7 @@ def engine_sampler(engine: RolloutEngine, tokenizer: Any, sampling: EvalSampling
             n=1,
             temperature=sampling.temperature,
             top_p=sampling.top_p,
-            max_new_tokens=sampling.max_tokens,
+            max_response_length=sampling.max_tokens,
             seed=seed,
         )
         return _completions(engine, tokenizer, prompts, params)
@@ -66,30 +59,10 @@ def engine_sampler(engine: RolloutEngine, tokenizer: Any, sampling: EvalSampling
     return sample
 
 
-def engine_generate_fn(
-    engine: RolloutEngine,
-    tokenizer: Any,
-    *,
-    temperature: float,
-    top_p: float,
-    max_tokens: int,
-    seed: int | None = None,
-) -> Callable[[list[Messages], int], list[list[Completion]]]:
-    """A `generate_fn` for `runner.evaluate_rows` over a loaded engine: n samples per prompt, prompt-major."""
-
-    def generate(prompts: list[Messages], n: int) -> list[list[Completion]]:
-        params = SamplingParams(
-            n=n, temperature=temperature, top_p=top_p, max_new_tokens=max_tokens, seed=seed
-        )
-        flat = _completions(engine, tokenizer, prompts, params)
-        return [flat[i * n : (i + 1) * n] for i in range(len(prompts))]
-
-    return generate
-
-
 def load_sampler(engine: str, model: Path | str, sampling: EvalSampling) -> Sampler:
     """The Sampler of rollout engine `engine` ("hf" or "vllm") over a saved model (float32 on CPU, bf16 on GPU)."""
-    from or1.engines.loading import load_tokenizer
+    from or1.engines.loading import load_rollout_engine
+    from or1.tokens import load_tokenizer
 
     return engine_sampler(
         load_rollout_engine(engine, model, seed=sampling.seed), load_tokenizer(model), sampling

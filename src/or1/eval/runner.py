@@ -3,8 +3,7 @@
 `run_eval` is what `or1 eval` calls. Generation is cached per (problem, sample index) in samples.jsonl and scored
 as it goes, so a killed run restarts where it stopped; samples are drawn sample-index-major (every problem's first
 sample, then every second one...) so even a partial run covers every problem. Ctrl-C (or SIGTERM) finishes and saves
-the batch in progress, then stops with `Interrupted`; a second Ctrl-C exits at once. `evaluate_rows` is the cache-free
-core the trainer calls for validation, with its own rollout path as `generate_fn`.
+the batch in progress, then stops with `Interrupted`; a second Ctrl-C exits at once.
 """
 
 from __future__ import annotations
@@ -13,8 +12,7 @@ import hashlib
 import json
 import shlex
 import zlib
-from collections.abc import Callable, Sequence
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
@@ -27,13 +25,13 @@ from rich.progress import (
     TimeRemainingColumn,
 )
 
+from or1.data.benchmarks import load_benchmark
 from or1.errors import UserError
-from or1.eval.benchmarks import load_benchmark
-from or1.eval.generation import DEFAULT_BATCH, Completion, Messages, Sampler, load_sampler
-from or1.eval.metrics import Metrics, compute_metrics
+from or1.eval.generation import DEFAULT_BATCH, Sampler, load_sampler
+from or1.eval.metrics import compute_metrics
 from or1.eval.protocols import PROTOCOLS, EvalSampling, resolve_sampling
-from or1.eval.report import environment, model_fingerprint, now, write_outputs
-from or1.eval.samples import SAMPLES_FILE, SampleCache, SampleRecord
+from or1.eval.results import environment, model_fingerprint, now, write_outputs
+from or1.eval.samples import SAMPLES_FILE, SampleCache
 from or1.eval.scoring import group_problems, score_completions
 from or1.stop import StopFlag
 
@@ -226,43 +224,3 @@ def _command(
     if limit is not None:
         args += ["--limit", str(limit)]
     return shlex.join(args)
-
-
-@dataclass
-class EvalResult:
-    """What `evaluate_rows` returns: the metrics and every scored sample."""
-
-    metrics: Metrics
-    records: list[SampleRecord]
-
-
-GenerateFn = Callable[[list[Messages], int], Sequence[Sequence["Completion | str"]]]
-
-
-def evaluate_rows(
-    rows: Sequence[dict[str, Any]],
-    generate_fn: GenerateFn,
-    n: int,
-    *,
-    seed: int = 0,
-    workers: int = 2,
-    timeout: float | None = None,
-) -> EvalResult:
-    """Evaluate or1 `rows` with `generate_fn(prompts, n)`, which returns n responses per prompt (prompt-major).
-
-    Responses may be `Completion`s or plain strings (then length and truncation are unknown and count as 0).
-    Used by the trainer for validation: it passes its own rollout path, so no model is loaded here.
-    """
-    if n < 1 or not rows:
-        raise ValueError("evaluate_rows needs at least one row and n >= 1")
-    outputs = generate_fn([row["prompt"] for row in rows], n)
-    if len(outputs) != len(rows) or any(len(o) != n for o in outputs):
-        raise ValueError(f"generate_fn must return {n} responses for each of the {len(rows)} prompts")
-    ids = [problem_id(i, row) for i, row in enumerate(rows)]
-    units = [(row, pid, k) for pid, row in zip(ids, rows, strict=True) for k in range(n)]
-    completions = [c if isinstance(c, Completion) else Completion(c, 0, False) for o in outputs for c in o]
-    records = score_completions(units, completions, workers=workers, timeout=timeout)
-    math_only = all(row["ability"] == "math" for row in rows)
-    return EvalResult(
-        compute_metrics(group_problems(ids, records, n), seed=seed, with_majority=math_only), records
-    )

@@ -16,7 +16,6 @@ _HOMES = {
     "register": "dispatch",
     "ResourcePool": "resource_pool",
     "Worker": "worker",
-    "Pending": "worker_group",
     "WorkerError": "worker_group",
     "WorkerGroup": "worker_group",
     "colocate": "worker_group",
@@ -25,7 +24,6 @@ _HOMES = {
 __all__ = [
     "Batch",
     "Dispatch",
-    "Pending",
     "ResourcePool",
     "Worker",
     "WorkerError",
@@ -48,4 +46,4 @@ if TYPE_CHECKING:
     from or1.hybrid.dispatch import Dispatch, register
     from or1.hybrid.resource_pool import ResourcePool
     from or1.hybrid.worker import Worker
-    from or1.hybrid.worker_group import Pending, WorkerError, WorkerGroup, colocate
+    from or1.hybrid.worker_group import WorkerError, WorkerGroup, colocate

@@ -23,9 +23,7 @@ class Dispatch(Enum):
     """How one controller call maps to per-rank calls."""
 
     ONE_TO_ALL = "one_to_all"  # same arguments to every rank; returns the list of per-rank results
-    ALL_TO_ALL = "all_to_all"  # every argument is a per-rank list; returns the list of per-rank results
     DP_COMPUTE = "dp_compute"  # Batch arguments split across data-parallel ranks; Batch results concatenated
-    RANK_ZERO = "rank_zero"  # same arguments to every rank (collectives need all); returns rank 0's result
 
 
 @dataclass(frozen=True)
@@ -33,20 +31,15 @@ class MethodSpec:
     """What `register` records on a Worker method."""
 
     dispatch: Dispatch
-    blocking: bool
 
 
-def register(dispatch: Dispatch = Dispatch.ONE_TO_ALL, blocking: bool = True) -> Callable[[F], F]:
-    """Mark a Worker method as callable through a WorkerGroup with the given dispatch mode.
-
-    blocking=False makes the group call return a `Pending` whose `.get()` collects, so the controller can overlap
-    work on several groups.
-    """
+def register(dispatch: Dispatch = Dispatch.ONE_TO_ALL) -> Callable[[F], F]:
+    """Mark a Worker method as callable through a WorkerGroup with the given dispatch mode."""
     if not isinstance(dispatch, Dispatch):
         raise TypeError(f"register(dispatch=...) takes a Dispatch, got {dispatch!r}")
 
     def mark(fn: F) -> F:
-        setattr(fn, _SPEC_ATTR, MethodSpec(dispatch, blocking))
+        setattr(fn, _SPEC_ATTR, MethodSpec(dispatch))
         return fn
 
     return mark
@@ -75,10 +68,8 @@ class Split:
 
 def split_call(dispatch: Dispatch, world_size: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Split:
     """Turn one controller call into `world_size` per-rank calls."""
-    if dispatch in (Dispatch.ONE_TO_ALL, Dispatch.RANK_ZERO):
+    if dispatch is Dispatch.ONE_TO_ALL:
         return Split([Call(args, kwargs)] * world_size)
-    if dispatch is Dispatch.ALL_TO_ALL:
-        return _split_all_to_all(world_size, args, kwargs)
     if dispatch is Dispatch.DP_COMPUTE:
         return _split_dp(world_size, args, kwargs)
     raise ValueError(f"unknown dispatch {dispatch!r}")
@@ -86,23 +77,9 @@ def split_call(dispatch: Dispatch, world_size: int, args: tuple[Any, ...], kwarg
 
 def collect(dispatch: Dispatch, results: list[Any], pad: int = 0) -> Any:
     """Merge per-rank results (in rank order) into what the controller sees."""
-    if dispatch is Dispatch.RANK_ZERO:
-        return results[0]
     if dispatch is Dispatch.DP_COMPUTE and results and all(isinstance(r, Batch) for r in results):
         return Batch.concat(results).unpad(pad)
     return list(results)
-
-
-def _split_all_to_all(world_size: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Split:
-    named = [(f"argument {i}", a) for i, a in enumerate(args)] + [
-        (f"argument {k!r}", v) for k, v in kwargs.items()
-    ]
-    for what, value in named:
-        if not isinstance(value, list | tuple) or len(value) != world_size:
-            raise ValueError(f"ALL_TO_ALL {what} must be a list with one entry per rank ({world_size})")
-    return Split(
-        [Call(tuple(a[r] for a in args), {k: v[r] for k, v in kwargs.items()}) for r in range(world_size)]
-    )
 
 
 def balanced_order(lengths: Sequence[int], parts: int, *, sort_shares: bool = True) -> list[int]:

@@ -76,11 +76,6 @@ class Worker:
             device_id=device if "nccl" in backend else None,
         )
 
-    def destroy_distributed(self) -> None:
-        """Leave the process group (safe to call when not initialized)."""
-        if dist.is_initialized():
-            dist.destroy_process_group()
-
     def set_threads(self, n: int) -> None:
         """Limit this process's intra-op CPU threads (several ranks share a node's cores)."""
         if n < 1:

@@ -54,25 +54,6 @@ class RankActor:
 _RemoteRankActor = ray.remote(RankActor)
 
 
-class Pending:
-    """Results of a non-blocking group call; `.get()` waits for all ranks and collects."""
-
-    def __init__(
-        self, group: str, method: str, refs: list[ray.ObjectRef], finish: Callable[[list[Any]], Any]
-    ):
-        self._group, self._method, self._refs, self._finish = group, method, refs, finish
-
-    def get(self, timeout_s: float | None = None) -> Any:
-        """Wait for every rank; the first rank to fail raises WorkerError at once (its peers may be stuck)."""
-        results = wait_all(self._group, self._method, self._refs, timeout_s)
-        try:
-            return self._finish(results)
-        except ValueError as e:  # e.g. per-rank Batches whose meta disagree
-            raise ValueError(
-                f"worker group {self._group!r}: cannot collect the results of {self._method}(): {e}"
-            ) from e
-
-
 def wait_all(group: str, method: str, refs: list[ray.ObjectRef], timeout_s: float | None = None) -> list[Any]:
     """Per-rank results in rank order; raises on the first failure as it happens, not after the slowest rank."""
     rank_of = {ref: rank for rank, ref in enumerate(refs)}
@@ -137,19 +118,18 @@ class WorkerGroup:
             )
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            pending = self._submit(method, spec.dispatch, args, kwargs)
-            return pending.get() if spec.blocking else pending
+            return self._call(method, spec.dispatch, args, kwargs)
 
         call.__name__ = method
         call.__doc__ = getattr(self.worker_cls, method).__doc__
         return call
 
-    def _submit(
-        self, method: str, dispatch: Dispatch, args: tuple[Any, ...], kwargs: dict[str, Any]
-    ) -> Pending:
+    def _call(self, method: str, dispatch: Dispatch, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """Run `method` on every rank and collect; the first rank to fail raises WorkerError at once (its peers may
+        be stuck)."""
         self._actors.check_alive(self.name, method)
         split = split_call(dispatch, self.world_size, args, kwargs)
-        if dispatch in (Dispatch.ONE_TO_ALL, Dispatch.RANK_ZERO):
+        if dispatch is Dispatch.ONE_TO_ALL:
             # Identical arguments: store them once, every rank reads the same object.
             shared = [ray.put(args), ray.put(kwargs)]
             refs = [a.call.remote(self._role, method, *shared) for a in self._actors.handles]
@@ -158,7 +138,13 @@ class WorkerGroup:
                 a.call.remote(self._role, method, c.args, c.kwargs)
                 for a, c in zip(self._actors.handles, split.calls, strict=True)
             ]
-        return Pending(self.name, method, refs, lambda results: collect(dispatch, results, split.pad))
+        results = wait_all(self.name, method, refs)
+        try:
+            return collect(dispatch, results, split.pad)
+        except ValueError as e:  # e.g. per-rank Batches whose meta disagree
+            raise ValueError(
+                f"worker group {self.name!r}: cannot collect the results of {method}(): {e}"
+            ) from e
 
     def shutdown(self) -> None:
         """Kill the rank actors and release the pool (colocated roles share actors: this ends all of them)."""

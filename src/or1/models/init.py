@@ -21,12 +21,12 @@ from transformers.utils import logging as hf_logging
 
 from or1.data.synthetic import math_validation_rows
 from or1.data.synthetic_math import problem_stream
-from or1.engines.loading import OR1_TINY_MARKER
 from or1.errors import UserError
 from or1.models.solve_rate import SolveRate, validation_solve_rate
 from or1.models.tiny import TinyModelSpec, build_tiny_model, count_parameters
 from or1.models.tokenizer import train_tokenizer
-from or1.models.warmstart import SFTConfig, SFTReport, prompt_ids, warm_start
+from or1.models.warmstart import SFTConfig, SFTReport, warm_start
+from or1.tokens import OR1_TINY_MARKER, prompt_ids
 
 REPORT_FILE = "or1_init_report.json"
 
@@ -98,7 +98,9 @@ def init_tiny_model(
         out.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(out)
         tokenizer.save_pretrained(out, save_jinja_files=False)  # chat template inside tokenizer_config.json
-        rate = validation_solve_rate(out, samples=eval_samples, max_new_tokens=eval_max_new_tokens, seed=seed)
+        rate = validation_solve_rate(
+            out, samples=eval_samples, max_response_length=eval_max_new_tokens, seed=seed
+        )
         report = InitReport(
             out_dir=str(out),
             seed=seed,

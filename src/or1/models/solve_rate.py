@@ -14,10 +14,10 @@ from typing import Any
 from transformers import PreTrainedTokenizerBase
 
 from or1.data.synthetic import math_validation_rows
-from or1.engines.loading import load_tokenizer
-from or1.engines.rollout import RolloutEngine, SamplingParams, load_rollout_engine
-from or1.models.warmstart import prompt_ids
+from or1.engines.loading import load_rollout_engine
+from or1.engines.rollout import RolloutEngine, SamplingParams
 from or1.rewards.math import verify_math
+from or1.tokens import load_tokenizer, prompt_ids
 
 
 @dataclass(frozen=True)
@@ -28,7 +28,7 @@ class SolveRate:
     by_num_ops: dict[int, float]
     problems: int
     samples_per_problem: int
-    truncated: float  # fraction of samples cut at max_new_tokens
+    truncated: float  # fraction of samples cut at max_response_length
     seconds: float = 0.0
 
 
@@ -44,13 +44,15 @@ def measure_solve_rate(
     *,
     samples: int = 5,
     temperature: float = 1.0,
-    max_new_tokens: int = 96,
+    max_response_length: int = 96,
     seed: int = 0,
 ) -> SolveRate:
     """Sample `samples` responses per math row and score each against the row's ground truth."""
     start = time.perf_counter()
     prompts = [prompt_ids(tokenizer, list(row["prompt"])) for row in rows]
-    sampling = SamplingParams(n=samples, temperature=temperature, max_new_tokens=max_new_tokens, seed=seed)
+    sampling = SamplingParams(
+        n=samples, temperature=temperature, max_response_length=max_response_length, seed=seed
+    )
     out = engine.generate_ids(prompts, sampling)
     texts = tokenizer.batch_decode(out.responses, skip_special_tokens=True)
     hits: dict[int, list[bool]] = defaultdict(list)
@@ -74,7 +76,7 @@ def validation_solve_rate(
     *,
     samples: int = 5,
     temperature: float = 1.0,
-    max_new_tokens: int = 96,
+    max_response_length: int = 96,
     seed: int = 1234,
     engine: str = "hf",
 ) -> SolveRate:
@@ -85,6 +87,6 @@ def validation_solve_rate(
         math_validation_rows(),
         samples=samples,
         temperature=temperature,
-        max_new_tokens=max_new_tokens,
+        max_response_length=max_response_length,
         seed=seed,
     )

@@ -25,6 +25,7 @@ from rich.progress import (
 from transformers import PreTrainedModel, PreTrainedTokenizerBase
 
 from or1.data.synthetic_math import ArithmeticProblem, problem_stream
+from or1.tokens import prompt_ids
 
 IGNORE_INDEX = -100  # label value the loss skips: prompt and padding tokens
 
@@ -57,12 +58,6 @@ def lr_factor(step: int, cfg: SFTConfig) -> float:
     span = max(1, cfg.steps - cfg.warmup_steps - 1)
     done = min(1.0, (step - cfg.warmup_steps) / span)
     return 1.0 - (1.0 - cfg.final_lr_ratio) * done
-
-
-def prompt_ids(tokenizer: PreTrainedTokenizerBase, messages: list[dict[str, str]]) -> list[int]:
-    """Token ids of chat `messages` followed by the assistant header, ready for generation."""
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 def sft_batch(

@@ -11,8 +11,8 @@ from pathlib import Path
 
 from rich.console import Console
 
-PLOTS_DIR = "plots"
-REPORT_FILE = "report.md"
+from or1.layout import PLOTS_DIR, REPORT_FILE
+
 OVERVIEW_FILE = "overview.png"
 
 

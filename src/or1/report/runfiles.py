@@ -16,12 +16,8 @@ from typing import Any
 import yaml
 
 from or1.errors import UserError
+from or1.layout import CONFIG_FILE, EVAL_DIR, METRICS_FILE, STAGE_DIR, SUMMARY_FILE
 
-STAGE_DIR = re.compile(r"stage(\d+)")
-CONFIG_FILE = "config.yaml"
-METRICS_FILE = "metrics.jsonl"
-SUMMARY_FILE = "summary.json"
-EVAL_DIR = "eval"
 # Validation accuracy keys: val/<set>/t<temperature>/avg@<n>.
 VAL_ACCURACY = re.compile(r"^val/(?P<set>.+)/t(?P<temperature>[^/]+)/avg@(?P<n>\d+)$")
 
@@ -123,12 +119,12 @@ def read_stage(index: int, folder: Path, previous: StageRun | None) -> StageRun:
         budget=rollout.get("max_response_length"),
         validation_budget=validation.get("max_response_length"),
         advantage=(config.get("algorithm") or {}).get("advantage"),
-        records=read_records(folder / METRICS_FILE),
+        records=read_metrics(folder / METRICS_FILE),
         summary=_read_json(folder / SUMMARY_FILE),
     )
 
 
-def read_records(path: Path) -> list[dict[str, Any]]:
+def read_metrics(path: Path) -> list[dict[str, Any]]:
     """metrics.jsonl's records; a line being written right now (not yet valid JSON) is skipped."""
     if not path.is_file():
         return []

@@ -44,9 +44,8 @@ class Extraction:
     answer: str
     kind: str  # boxed, boxes (several connected boxes, joined by ", "), statement, math_verify (its own extraction)
     parts: tuple[str, ...] = ()  # the boxes' answers, for kind boxes
-    context: str = (
-        ""  # for kind statement: the text from the statement's keyword on ("Final answer: ... is 34.")
-    )
+    # for kind statement: the text from the statement's keyword on ("Final answer: ... is 34.")
+    context: str = ""
 
 
 class AnswerTooComplex(ValueError):
@@ -99,13 +98,6 @@ def _last_complete_box(text: str, boxes: list[re.Match[str]]) -> int | None:
     return None
 
 
-def last_boxed(text: str) -> str | None:
-    """Content of the last complete `\\boxed{...}`/`\\fbox{...}`; raises AnswerTooComplex for oversized boxes."""
-    boxes = list(_BOX_RE.finditer(text))
-    index = _last_complete_box(text, boxes)
-    return None if index is None else _balanced_body(text, boxes[index].end())
-
-
 def boxed_run(text: str) -> list[str]:
     """The answers of the run of boxes that ends with the last complete box (one item for a lone box).
 
@@ -151,12 +143,6 @@ def _statement_answer(rest: str) -> str:
     line = rest.split("\n", 1)[0]
     sentence = re.split(r"\.(?:\s|$)", line, maxsplit=1)[0]
     return sentence.strip().rstrip(".")
-
-
-def statement_answer(text: str) -> str | None:
-    """The answer of the last "final answer is X" / "Answer: X" statement in the tail of `text`, if any."""
-    found = _statement(text)
-    return None if found is None else found[0]
 
 
 def _minerva(text: str) -> Extraction | None:

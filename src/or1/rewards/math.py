@@ -146,9 +146,8 @@ def _pred_for(gold: str, found: Extraction, pred: str, prose: bool) -> str:
     if prose:
         return found.context or found.answer  # math-verify's own extraction finds the math in the statement
     if "=" in gold:
-        return _normalized(
-            found, strip_lhs=False
-        )  # a whole-equation gold (2x + 4y = 3) meets the whole answer
+        # a whole-equation gold (2x + 4y = 3) meets the whole answer
+        return _normalized(found, strip_lhs=False)
     return pred
 
 

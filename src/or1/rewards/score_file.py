@@ -11,21 +11,20 @@ is written to a temporary file and renamed into place, so it never holds half th
 from __future__ import annotations
 
 import json
-import os
 import time
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from or1.atomic import atomic_path
 from or1.errors import UserError
 from or1.preflight import check_output_file
 from or1.rewards.result import Result
 from or1.rewards.score import score_batch
 
 FORMATS = {".jsonl": "jsonl", ".parquet": "parquet"}
-CHUNK_ROWS = (
-    256  # rows per score_batch call: small enough for a lively progress bar, large enough to fill the pool
-)
+# rows per score_batch call: small enough for a lively progress bar, large enough to fill the pool
+CHUNK_ROWS = 256
 
 
 def _format_of(path: Path, role: str) -> str:
@@ -73,9 +72,8 @@ def read_rows(path: Path, warnings: list[str] | None = None) -> list[dict[str, A
                 raise UserError(
                     f"INPUT {path} line {number} is not valid JSON; fix or remove that line."
                 ) from err
-            rows.append(
-                row if isinstance(row, dict) else {"_value": row}
-            )  # scored as bad_input, kept visible
+            # a non-object line is scored as bad_input, kept visible
+            rows.append(row if isinstance(row, dict) else {"_value": row})
     return rows
 
 
@@ -122,24 +120,19 @@ def write_rows(path: Path, rows: list[dict[str, Any]]) -> None:
     """
     fmt = _format_of(path, "OUTPUT")
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    try:
+    with atomic_path(path) as tmp:
         if fmt == "parquet":
             import pyarrow as pa
             import pyarrow.parquet as pq
 
-            keys = list(
-                dict.fromkeys(key for row in rows for key in row)
-            )  # every row's keys, first-seen order
+            # every row's keys, first-seen order
+            keys = list(dict.fromkeys(key for row in rows for key in row))
             columns = {key: _column(pa, [row.get(key) for row in rows]) for key in keys}
             pq.write_table(pa.table(columns), tmp)
         else:
             with tmp.open("w", encoding="utf-8") as handle:
                 for row in rows:
                     handle.write(_json_line(row))
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
 
 
 def _score_with_progress(

@@ -103,14 +103,6 @@ class SlotCgroup:
         joins = "".join(f'echo $$ > "{p}" && ' for p in self.procs_files())
         return ["/bin/sh", "-c", f'{joins}exec "$@"', "or1-sandbox", *cmd]
 
-    def memory_peak(self) -> int | None:
-        """Bytes of peak memory use seen by the slot's cgroup, when the kernel reports it."""
-        name = "memory.peak" if self.v2 else "memory.max_usage_in_bytes"
-        try:
-            return int((self.dirs["memory"] / name).read_text())
-        except (OSError, ValueError):
-            return None
-
     def remove(self) -> None:
         """Remove the (now empty) cgroup directories, waiting briefly for killed processes to be released."""
         for d in set(self.dirs.values()):

@@ -21,7 +21,9 @@ from typing import Any
 import numpy as np
 import torch
 
+from or1.atomic import atomic_path, write_text_atomically
 from or1.errors import UserError
+from or1.layout import CHECKPOINTS_DIR
 
 CONTROLLER_FILE = "controller.pt"
 LATEST_FILE = "latest"
@@ -32,7 +34,7 @@ class CheckpointManager:
     """Writes, finds and prunes the checkpoints of one stage directory."""
 
     def __init__(self, stage_dir: Path, keep: int):
-        self.root = stage_dir / "checkpoints"
+        self.root = stage_dir / CHECKPOINTS_DIR
         self.keep = keep
 
     def begin(self, step: int) -> Path:
@@ -50,7 +52,7 @@ class CheckpointManager:
         if final.exists():  # a rerun of the same step (e.g. resumed from an earlier checkpoint)
             shutil.rmtree(final)
         os.replace(tmp, final)
-        _atomic_write_text(self.root / LATEST_FILE, final.name + "\n")
+        write_text_atomically(self.root / LATEST_FILE, final.name + "\n")
         self.prune()
         return final
 
@@ -112,15 +114,7 @@ def restore_controller_rng(state: dict[str, Any]) -> None:
 
 
 def _atomic_save(obj: Any, path: Path) -> None:
-    tmp = path.with_name(path.name + ".part")
-    with tmp.open("wb") as f:
+    with atomic_path(path) as tmp, tmp.open("wb") as f:
         torch.save(obj, f)
         f.flush()
         os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _atomic_write_text(path: Path, text: str) -> None:
-    tmp = path.with_name(path.name + ".part")
-    tmp.write_text(text)
-    os.replace(tmp, path)

@@ -17,10 +17,20 @@ from or1.algos.online_filter import PromptStats
 from or1.config.schema import RunConfig
 from or1.errors import UserError
 from or1.hybrid.batch import Batch
+from or1.hybrid.columns import (
+    CRITIC_COLUMNS,
+    OLD_LOG_PROBS,
+    PROMPT_KEY,
+    REF_LOG_PROBS,
+    REWARD_COLUMNS,
+    REWARDS,
+    SEQUENCE_COLUMNS,
+    UID,
+    UPDATE_COLUMNS,
+)
 from or1.hybrid.worker_group import WorkerGroup
 from or1.stop import StopFlag
 from or1.trainer import checkpoint as ckpt
-from or1.trainer.data import PromptLoader
 from or1.trainer.metrics import MetricsLogger, PhaseTimer, write_step_samples
 from or1.trainer.phases import (
     add_advantages,
@@ -34,13 +44,10 @@ from or1.trainer.phases import (
     step_metrics,
     truncation_policy,
 )
-from or1.trainer.rewards import REWARD_COLUMNS, RewardManager
+from or1.trainer.prompt_loader import PromptLoader
+from or1.trainer.rewards import RewardManager
 from or1.trainer.validation import ValidationSet, is_due, validate
 from or1.workers.actor_rollout_ref import MODEL_DIR
-
-LOG_PROB_COLUMNS = ("input_ids", "attention_mask", "responses", "response_mask")
-UPDATE_COLUMNS = (*LOG_PROB_COLUMNS, "old_log_probs", "advantages")
-CRITIC_COLUMNS = (*LOG_PROB_COLUMNS, "values", "returns")
 
 
 @dataclass
@@ -92,13 +99,13 @@ def train(t: Trainer) -> None:
         fused = fuses_old_log_prob(cfg, t.entropy)  # on-policy: the update's forward gives the old log-probs
         if not fused:
             with timer("old_log_prob"):
-                batch = batch.union(t.actor.compute_log_prob(batch.only(LOG_PROB_COLUMNS)))
+                batch = batch.union(t.actor.compute_log_prob(batch.only(SEQUENCE_COLUMNS)))
         if algo.kl.enabled:
             with timer("ref_log_prob"):
-                batch = batch.union(t.actor.compute_ref_log_prob(batch.only(LOG_PROB_COLUMNS)))
+                batch = batch.union(t.actor.compute_ref_log_prob(batch.only(SEQUENCE_COLUMNS)))
         if t.critic is not None:
             with timer("values"):
-                batch = batch.union(t.critic.compute_values(batch.only(LOG_PROB_COLUMNS)))
+                batch = batch.union(t.critic.compute_values(batch.only(SEQUENCE_COLUMNS)))
         batch = add_advantages(batch, algo)
         if fused:
             alpha = t.entropy.alpha_before(rollout_entropy(batch))
@@ -154,7 +161,7 @@ def sample_round(t: Trainer, step: int, round_: int, timer: PhaseTimer) -> Batch
         batch = truncation_policy(
             batch.union(t.rewards.compute_scores(batch.only(REWARD_COLUMNS))), t.cfg.algorithm
         )
-    t.prompt_stats.update(batch.non_tensor["prompt_key"], batch.tensors["rewards"])
+    t.prompt_stats.update(batch.non_tensor[PROMPT_KEY], batch.tensors[REWARDS])
     return batch
 
 
@@ -163,10 +170,9 @@ def refill(t: Trainer, step: int, first: Batch, timer: PhaseTimer) -> Batch:
     buffer = RefillBuffer(t.cfg.trainer.batch_size, t.cfg.algorithm.max_refill_rounds)
     parts, more = [], first
     while True:
-        kept = more.select(buffer.add(more.tensors["rewards"], more.non_tensor["uid"]))
-        parts.append(
-            Batch(kept.tensors, kept.non_tensor)
-        )  # rounds differ in meta (seed); the loop needs none
+        kept = more.select(buffer.add(more.tensors[REWARDS], more.non_tensor[UID]))
+        # rounds differ in meta (seed); the loop needs none
+        parts.append(Batch(kept.tensors, kept.non_tensor))
         if not buffer.needs_more:
             return Batch.concat(parts)
         more = sample_round(t, step, buffer.rounds, timer)
@@ -186,8 +192,8 @@ def _finish_step(t: Trainer, step: int, metrics: dict[str, float], sampled: Batc
 
 def _update_columns(cfg: RunConfig, fused: bool) -> tuple[str, ...]:
     kl = cfg.algorithm.kl
-    columns = tuple(c for c in UPDATE_COLUMNS if not (fused and c == "old_log_probs"))
-    return (*columns, "ref_log_probs") if kl.enabled and not kl.in_reward else columns
+    columns = tuple(c for c in UPDATE_COLUMNS if not (fused and c == OLD_LOG_PROBS))
+    return (*columns, REF_LOG_PROBS) if kl.enabled and not kl.in_reward else columns
 
 
 def save(t: Trainer) -> Path:

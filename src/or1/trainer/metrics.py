@@ -19,11 +19,9 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from or1.hybrid.batch import Batch
+from or1.hybrid.columns import DATA_SOURCE, PROMPT_KEY, RESPONSE_TEXT, REWARD_MODEL, SCORE_REASON, SCORES
+from or1.layout import METRICS_FILE, SAMPLES_DIR, TENSORBOARD_DIR
 from or1.preflight import require_wandb
-
-METRICS_FILE = "metrics.jsonl"
-SAMPLES_DIR = "samples"
-TENSORBOARD_DIR = "tensorboard"
 
 
 class PhaseTimer:
@@ -164,19 +162,19 @@ def write_step_samples(stage_dir: Path, step: int, batch: Batch, count: int) -> 
     """The first `count` sampled responses of a step (with ground truth, score and reason) as samples/step_<N>.jsonl."""
     if count <= 0 or len(batch) == 0:
         return None
-    nt, scores = batch.non_tensor, batch.tensors.get("scores")
+    nt, scores = batch.non_tensor, batch.tensors.get(SCORES)
     rows = []
     for i in range(min(count, len(batch))):
-        reward_model = nt["reward_model"][i] if "reward_model" in nt else None
+        reward_model = nt[REWARD_MODEL][i] if REWARD_MODEL in nt else None
         rows.append(
             {
                 "step": step,
-                "prompt_key": str(nt["prompt_key"][i]) if "prompt_key" in nt else None,
-                "data_source": str(nt["data_source"][i]) if "data_source" in nt else None,
-                "response": str(nt["response_text"][i]) if "response_text" in nt else None,
+                "prompt_key": str(nt[PROMPT_KEY][i]) if PROMPT_KEY in nt else None,
+                "data_source": str(nt[DATA_SOURCE][i]) if DATA_SOURCE in nt else None,
+                "response": str(nt[RESPONSE_TEXT][i]) if RESPONSE_TEXT in nt else None,
                 "ground_truth": reward_model.get("ground_truth") if isinstance(reward_model, dict) else None,
                 "score": float(scores[i]) if scores is not None else None,
-                "reason": str(nt["score_reason"][i]) if "score_reason" in nt else None,
+                "reason": str(nt[SCORE_REASON][i]) if SCORE_REASON in nt else None,
             }
         )
     folder = stage_dir / SAMPLES_DIR

@@ -17,25 +17,42 @@ from or1.algos.losses import kl_penalty
 from or1.algos.truncation import apply_truncation_policy
 from or1.config.schema import AlgorithmConfig, RunConfig
 from or1.hybrid.batch import Batch
+from or1.hybrid.columns import (
+    ADVANTAGES,
+    ATTENTION_MASK,
+    ENTROPY,
+    OLD_LOG_PROBS,
+    REF_LOG_PROBS,
+    RESPONSE_LENGTH,
+    RESPONSE_MASK,
+    RETURNS,
+    REWARDS,
+    ROLLOUT_LOG_PROBS,
+    SCORE_REASON,
+    SCORES,
+    TRUNCATED,
+    UID,
+    VALUES,
+)
 from or1.hybrid.dispatch import balanced_order
 
 
 def truncation_policy(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
     """`rewards` and the loss mask after the truncated-response policy (zero_reward or mask)."""
     rewards, mask = apply_truncation_policy(
-        batch.tensors["scores"],
-        batch.tensors["truncated"],
-        batch.tensors["response_mask"],
+        batch.tensors[SCORES],
+        batch.tensors[TRUNCATED],
+        batch.tensors[RESPONSE_MASK],
         algorithm.truncated,
     )
-    return Batch({**batch.tensors, "rewards": rewards, "response_mask": mask}, batch.non_tensor, batch.meta)
+    return Batch({**batch.tensors, REWARDS: rewards, RESPONSE_MASK: mask}, batch.non_tensor, batch.meta)
 
 
 def rejection_sample(batch: Batch, algorithm: AlgorithmConfig, multiple: int) -> tuple[Batch, RejectionStats]:
     """Keep informative groups (reward variance > 0), trimmed to a multiple of the data-parallel size."""
     keep, stats = rejection_keep_indices(
-        batch.tensors["rewards"],
-        batch.non_tensor["uid"],
+        batch.tensors[REWARDS],
+        batch.non_tensor[UID],
         multiple=multiple,
         drop_equal=algorithm.rejection_sampling,
     )
@@ -48,7 +65,7 @@ def balance_ranks(batch: Batch, world_size: int) -> Batch:
     A share keeps its rows in sampling order: sorted by length, a rank's first mini-batch would get all its short
     responses and the last all its long ones.
     """
-    tokens = batch.tensors["attention_mask"].sum(-1).tolist()
+    tokens = batch.tensors[ATTENTION_MASK].sum(-1).tolist()
     return batch.select(balanced_order(tokens, world_size, sort_shares=False))
 
 
@@ -57,10 +74,10 @@ def sampled_mask(batch: Batch) -> torch.Tensor:
 
     Responses are right-padded, so a row's tokens are its first `response_length` positions.
     """
-    width = batch.tensors["response_mask"].shape[1]
-    lengths = batch.tensors["response_length"].to(torch.long)
+    width = batch.tensors[RESPONSE_MASK].shape[1]
+    lengths = batch.tensors[RESPONSE_LENGTH].to(torch.long)
     positions = torch.arange(width, device=lengths.device)
-    return (positions[None, :] < lengths[:, None]).to(batch.tensors["response_mask"].dtype)
+    return (positions[None, :] < lengths[:, None]).to(batch.tensors[RESPONSE_MASK].dtype)
 
 
 def add_advantages(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
@@ -70,29 +87,29 @@ def add_advantages(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
     removed from the loss still counts in its group's mean and std (the paper's Adv-Mask-After); the advantages
     are then spread over the loss mask only, which gives that response none.
     """
-    mask = batch.tensors["response_mask"]
-    token_rewards = scores_to_token_rewards(batch.tensors["rewards"], sampled_mask(batch))
+    mask = batch.tensors[RESPONSE_MASK]
+    token_rewards = scores_to_token_rewards(batch.tensors[REWARDS], sampled_mask(batch))
     kl = algorithm.kl
     if (
         kl.enabled and kl.in_reward
     ):  # KL-in-reward: the penalty lowers every token's reward instead of a loss term
-        penalty = kl_penalty(batch.tensors["old_log_probs"], batch.tensors["ref_log_probs"], kl.kind)
+        penalty = kl_penalty(batch.tensors[OLD_LOG_PROBS], batch.tensors[REF_LOG_PROBS], kl.kind)
         token_rewards = token_rewards - kl.coef * penalty * mask
-    inputs = AdvantageInputs(token_rewards, mask, batch.non_tensor["uid"], batch.tensors.get("values"))
+    inputs = AdvantageInputs(token_rewards, mask, batch.non_tensor[UID], batch.tensors.get(VALUES))
     advantages, returns = compute_advantages(
         algorithm.advantage, inputs, AdvantageParams.from_config(algorithm)
     )
-    return batch.union(Batch({"advantages": advantages, "returns": returns}))
+    return batch.union(Batch({ADVANTAGES: advantages, RETURNS: returns}))
 
 
 def sampled_entropy(batch: Batch) -> float:
     """MAGIC's entropy estimate e_k: mean negative log-prob of the sampled (loss) tokens of the step's batch."""
-    return entropy_estimate(batch.tensors["old_log_probs"], batch.tensors["response_mask"])
+    return entropy_estimate(batch.tensors[OLD_LOG_PROBS], batch.tensors[RESPONSE_MASK])
 
 
 def rollout_entropy(batch: Batch) -> float:
     """e_k from the sampler's own log-probs of the loss tokens (the same weights as the actor's)."""
-    return entropy_estimate(batch.tensors["rollout_log_probs"], batch.tensors["response_mask"])
+    return entropy_estimate(batch.tensors[ROLLOUT_LOG_PROBS], batch.tensors[RESPONSE_MASK])
 
 
 def fuses_old_log_prob(cfg: RunConfig, entropy: AdaptiveEntropyController) -> bool:
@@ -113,10 +130,10 @@ def fuses_old_log_prob(cfg: RunConfig, entropy: AdaptiveEntropyController) -> bo
 
 def rollout_metrics(batch: Batch, rejection: RejectionStats) -> dict[str, float]:
     """What the sampled batch looked like, before rejection: rewards, lengths, truncation, group outcomes."""
-    lengths = batch.tensors["response_length"].float()
+    lengths = batch.tensors[RESPONSE_LENGTH].float()
     return {
-        "reward/mean": float(batch.tensors["rewards"].float().mean()),
-        "reward/score_mean": float(batch.tensors["scores"].float().mean()),
+        "reward/mean": float(batch.tensors[REWARDS].float().mean()),
+        "reward/score_mean": float(batch.tensors[SCORES].float().mean()),
         "reward/solve_all_frac": rejection.solve_all_frac,
         "reward/solve_none_frac": rejection.solve_none_frac,
         "batch/sampled": float(rejection.num_responses),
@@ -125,7 +142,7 @@ def rollout_metrics(batch: Batch, rejection: RejectionStats) -> dict[str, float]
         "batch/kept_groups": float(rejection.kept_groups),
         "response/length_mean": float(lengths.mean()),
         "response/length_max": float(lengths.max()),
-        "response/truncated_frac": float(batch.tensors["truncated"].float().mean()),
+        "response/truncated_frac": float(batch.tensors[TRUNCATED].float().mean()),
         "response/tokens": float(lengths.sum()),
     }
 
@@ -133,21 +150,21 @@ def rollout_metrics(batch: Batch, rejection: RejectionStats) -> dict[str, float]
 def kept_metrics(batch: Batch) -> dict[str, float]:
     """Statistics of the rows that train: full-vocabulary entropy (when the old-log-prob pass ran) and the advantage
     spread."""
-    mask = batch.tensors["response_mask"].float()
+    mask = batch.tensors[RESPONSE_MASK].float()
     tokens = mask.sum().clamp(min=1.0)
-    adv = batch.tensors["advantages"]
+    adv = batch.tensors[ADVANTAGES]
     out = {
         "actor/advantage_abs_mean": float((adv.abs() * mask).sum() / tokens),
         "batch/train_tokens": float(mask.sum()),
     }
-    if "entropy" in batch:
-        out["actor/entropy"] = float((batch.tensors["entropy"] * mask).sum() / tokens)
+    if ENTROPY in batch:
+        out["actor/entropy"] = float((batch.tensors[ENTROPY] * mask).sum() / tokens)
     return out
 
 
 def reason_counts(batch: Batch) -> dict[str, float]:
     """Fraction of responses per verifier reason (correct, wrong_answer, no_answer, timeout, ...)."""
-    reasons, counts = np.unique(np.asarray(batch.non_tensor["score_reason"], dtype=str), return_counts=True)
+    reasons, counts = np.unique(np.asarray(batch.non_tensor[SCORE_REASON], dtype=str), return_counts=True)
     return {f"reward/reason_{r}": float(c) / len(batch) for r, c in zip(reasons, counts, strict=True)}
 
 

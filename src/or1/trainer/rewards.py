@@ -16,9 +16,8 @@ import torch
 
 from or1.config.schema import RewardConfig
 from or1.hybrid.batch import Batch
+from or1.hybrid.columns import REWARD_COLUMNS, SCORE_REASON, SCORES
 from or1.rewards.score import math_pool, score_batch
-
-REWARD_COLUMNS = ("ability", "response_text", "reward_model")
 
 
 class RewardManager:
@@ -44,4 +43,4 @@ class RewardManager:
             math_extraction=self.cfg.math_extraction,
         )
         scores = torch.tensor([r.score for r in results], dtype=torch.float32)
-        return Batch({"scores": scores}, {"score_reason": [r.reason for r in results]})
+        return Batch({SCORES: scores}, {SCORE_REASON: [r.reason for r in results]})

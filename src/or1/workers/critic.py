@@ -15,9 +15,9 @@ import torch
 
 from or1.config.schema import RunConfig
 from or1.hybrid.batch import Batch
+from or1.hybrid.columns import CRITIC_COLUMNS, SEQUENCE_COLUMNS
 from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.worker import Worker
-from or1.workers.actor_rollout_ref import TRAIN_COLUMNS
 
 CRITIC_DIR = "critic"  # inside a checkpoint folder: the critic's HF folder (+ optimizer.pt)
 
@@ -53,12 +53,12 @@ class CriticWorker(Worker):
     @register(Dispatch.DP_COMPUTE)
     def compute_values(self, batch: Batch) -> Batch:
         """Values [B, R] of every response token of this rank's share."""
-        return self.engine.values(batch.only(TRAIN_COLUMNS))
+        return self.engine.values(batch.only(SEQUENCE_COLUMNS))
 
     @register(Dispatch.DP_COMPUTE)
     def update_critic(self, batch: Batch) -> dict[str, float]:
         """One clipped value-regression update towards `returns`; metrics already averaged over all ranks."""
-        return self.engine.train_step(batch.only([*TRAIN_COLUMNS, "values", "returns"]))
+        return self.engine.train_step(batch.only(CRITIC_COLUMNS))
 
     @register(Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str) -> None:

@@ -23,15 +23,16 @@ from typing import Any
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-from or1.data import dedup, filters
-from or1.data.adapters import Context, Malformed, adapt
-from or1.data.difficulty import CACHE_FILE, GradeRun, Sampling, grade_rows
+from or1.atomic import atomic_path, write_text_atomically
 from or1.data.records import BadRecord, read_records
-from or1.data.report import Ledger, write_report
 from or1.data.schema import write_rows
-from or1.data.sources import iter_source, provenance
-from or1.data.spec import DataSpec, SourceSpec, load_spec
 from or1.errors import UserError
+from or1.prepare import dedup, filters
+from or1.prepare.adapters import Context, Malformed, adapt
+from or1.prepare.difficulty import CACHE_FILE, GradeRun, Sampling, grade_rows
+from or1.prepare.ledger import Ledger, write_report
+from or1.prepare.sources import iter_source, provenance
+from or1.prepare.spec import DataSpec, SourceSpec, load_spec
 
 MALFORMED, NOT_SELECTED = "malformed", "not_selected"
 DUPLICATE, NEAR_DUPLICATE, CONTAMINATED = "duplicate", "near_duplicate", "contaminated"
@@ -194,13 +195,13 @@ def _dedup(spec: DataSpec, items: list[Item], tick: Tick) -> list[Verdict]:
 
 def evaluation_problems(spec: DataSpec) -> list[tuple[str, str]]:
     """(name, problem text) of every evaluation problem the spec decontaminates against."""
-    from or1.eval.benchmarks import SHARED_BENCHMARKS, load_benchmark
+    from or1.data.benchmarks import load_benchmark
 
     cfg = spec.decontaminate
-    shared = Path(cfg.benchmark_dir) if cfg.benchmark_dir else SHARED_BENCHMARKS
+    folder = Path(cfg.benchmark_dir) if cfg.benchmark_dir else None
     named = []
     for name in cfg.benchmarks:
-        data = load_benchmark(name, shared_dir=shared, window=None)
+        data = load_benchmark(name, folder=folder, window=None)
         named += [(f"{name}:{i}", filters.problem_text(r)) for i, r in enumerate(data.rows)]
     for file in cfg.files:
         for i, record in enumerate(read_records(file, what="decontaminate.files:")):
@@ -264,6 +265,7 @@ def _difficulty(
         micro_batch_size=cfg.micro_batch_size,
         ray_address=ray_address,
     )
+    # the spec's max_new_tokens is the response budget
     sampling = Sampling(cfg.n, cfg.temperature, cfg.top_p, cfg.max_new_tokens, cfg.seed)
     counts, origins = grade_rows(
         [items[i].row for i in graded], sampling, run, out / CACHE_FILE, lambda k: progress.advance(task, k)
@@ -304,21 +306,24 @@ def _write_outputs(spec: DataSpec, items: list[Item], out: Path) -> dict[str, tu
 
 
 def _write(path: Path, rows: list[dict[str, Any]]) -> Path:
-    """write_rows; when sources disagree on an extra_info field's type (TACO's "EASY" and Omni-MATH's 6.5 as
-    `difficulty`), such values are written as JSON text instead."""
+    """write_rows, atomically; when sources disagree on an extra_info field's type (TACO's "EASY" and Omni-MATH's
+    6.5 as `difficulty`), such values are written as JSON text instead."""
     import pyarrow as pa
 
-    try:
-        return write_rows(path, rows)
-    except (pa.ArrowInvalid, pa.ArrowTypeError):
-        keep = {"index", "model_difficulty"}
-        for row in rows:
-            extra = row.get("extra_info") or {}
-            row["extra_info"] = {
-                k: v if k in keep or isinstance(v, str) else json.dumps(v, default=str)
-                for k, v in extra.items()
-            }
-        return write_rows(path, rows)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with atomic_path(path) as tmp:
+        try:
+            write_rows(tmp, rows)
+        except (pa.ArrowInvalid, pa.ArrowTypeError):
+            keep = {"index", "model_difficulty"}
+            for row in rows:
+                extra = row.get("extra_info") or {}
+                row["extra_info"] = {
+                    k: v if k in keep or isinstance(v, str) else json.dumps(v, default=str)
+                    for k, v in extra.items()
+                }
+            write_rows(tmp, rows)
+    return path
 
 
 def _versions() -> dict[str, str]:
@@ -334,7 +339,7 @@ def _versions() -> dict[str, str]:
 def _write_manifest(
     out: Path, spec_path: Path, spec: DataSpec, raw: dict[str, Any], report: dict[str, Any]
 ) -> None:
-    from or1.eval.benchmarks import file_sha256
+    from or1.data.benchmarks import file_sha256
 
     manifest = {
         "spec": {"path": str(spec_path.resolve()), "sha256": file_sha256(spec_path), "content": raw},
@@ -343,4 +348,6 @@ def _write_manifest(
         "counts": {"sources": report["sources"], "outputs": report.get("outputs", {})},
         "created": datetime.now(UTC).isoformat(timespec="seconds"),
     }
-    (out / "manifest.json").write_text(json.dumps(manifest, indent=2, ensure_ascii=False, default=str) + "\n")
+    write_text_atomically(
+        out / "manifest.json", json.dumps(manifest, indent=2, ensure_ascii=False, default=str) + "\n"
+    )

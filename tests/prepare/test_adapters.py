@@ -12,10 +12,10 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from or1.data.adapters import Context, Malformed, adapt, detect
+from or1.data.converters import MATH_SUFFIX
 from or1.data.records import BadRecord, iter_records, read_records
 from or1.errors import UserError
-from or1.eval.converters import MATH_SUFFIX
+from or1.prepare.adapters import Context, Malformed, adapt, detect
 from or1.rewards.code_tests import parse_ground_truth
 
 

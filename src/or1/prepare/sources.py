@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from or1.data.records import BadRecord, iter_records
-from or1.data.spec import SourceSpec
 from or1.errors import UserError
+from or1.prepare.spec import SourceSpec
 
 TINY_CODE_VALIDATION_SIZE = 25  # what `write_tiny_dataset` uses by default
 
@@ -42,7 +42,7 @@ def iter_source(source: SourceSpec) -> Iterator[tuple[int, dict[str, Any] | BadR
 
 def provenance(source: SourceSpec) -> Provenance:
     if source.path:
-        from or1.eval.benchmarks import file_sha256
+        from or1.data.benchmarks import file_sha256
 
         path = Path(source.path)
         return Provenance(source.name, str(path.resolve()), sha256=file_sha256(path))

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from or1.data import filters
-from or1.data.dedup import ContaminationIndex, NearDuplicates, exact_key, ngrams, normalize, words
+from or1.data.converters import MATH_SUFFIX
 from or1.data.schema import make_row
-from or1.eval.converters import MATH_SUFFIX
+from or1.prepare import filters
+from or1.prepare.dedup import ContaminationIndex, NearDuplicates, exact_key, ngrams, normalize, words
 
 
 def math(problem: str, answers: list[str], **extra) -> dict:

@@ -13,7 +13,7 @@ import unicodedata
 from collections import Counter
 from collections.abc import Iterable
 
-from or1.eval.converters import CODE_CALL_INSTRUCTIONS, CODE_STDIN_INSTRUCTIONS, MATH_SUFFIX
+from or1.data.converters import CODE_CALL_INSTRUCTIONS, CODE_STDIN_INSTRUCTIONS, MATH_SUFFIX
 
 # Instructions that adapters and benchmark converters append: never evidence that two problems are the same.
 _BOILERPLATE = [MATH_SUFFIX, CODE_STDIN_INSTRUCTIONS, CODE_CALL_INSTRUCTIONS.split("{starter}")[0]]

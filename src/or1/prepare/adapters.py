@@ -13,9 +13,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from or1.data.schema import make_row, validate_row
-from or1.errors import UserError
-from or1.eval.converters import (
+from or1.data.converters import (
     MATH_SUFFIX,
     code_prompt,
     decode_private_tests,
@@ -24,6 +22,8 @@ from or1.eval.converters import (
     method_name,
     to_or1_row,
 )
+from or1.data.schema import make_row, validate_row
+from or1.errors import UserError
 
 
 class Malformed(ValueError):

@@ -11,12 +11,17 @@ from pathlib import Path
 
 import pytest
 
+from or1.data.benchmarks import REGISTRY, benchmark_folder, load_benchmark
+from or1.data.converters import decode_private_tests, method_name
 from or1.data.schema import validate_row, write_rows
 from or1.errors import UserError
-from or1.eval.benchmarks import REGISTRY, SHARED_BENCHMARKS, load_benchmark
-from or1.eval.converters import decode_private_tests, method_name
 
-shared = pytest.mark.skipif(not SHARED_BENCHMARKS.is_dir(), reason="../shared/benchmarks is not present")
+BENCHMARKS = benchmark_folder()
+
+shared = pytest.mark.skipif(
+    BENCHMARKS is None or not BENCHMARKS.is_dir(),
+    reason="no benchmark folder (OR1_BENCHMARKS; tests set it to ../shared/benchmarks when present)",
+)
 
 
 def gold(row: dict) -> object:
@@ -30,7 +35,7 @@ def gold(row: dict) -> object:
 def test_registry_defaults_to_the_shared_files(name: str, count: int) -> None:
     bench = load_benchmark(name)
     assert len(bench.rows) == count
-    assert bench.source.startswith(str(SHARED_BENCHMARKS.resolve()))
+    assert bench.source.startswith(str(BENCHMARKS.resolve()))
     assert len(bench.sha256) == 64
     for i, row in enumerate(bench.rows):
         validate_row(row, where=f"{name} {i}")
@@ -39,7 +44,7 @@ def test_registry_defaults_to_the_shared_files(name: str, count: int) -> None:
 
 @shared
 def test_or1_row_files_pass_through_unchanged() -> None:
-    jsonl = load_benchmark("aime24", data=SHARED_BENCHMARKS / "aime24" / "aime24.jsonl").rows
+    jsonl = load_benchmark("aime24", data=BENCHMARKS / "aime24" / "aime24.jsonl").rows
     parquet = load_benchmark("aime24").rows
     assert [r["prompt"] for r in jsonl] == [r["prompt"] for r in parquet]
     assert (
@@ -49,15 +54,15 @@ def test_or1_row_files_pass_through_unchanged() -> None:
 
 @shared
 def test_math_schemas_become_json_list_golds() -> None:
-    qwen = load_benchmark("aime24", data=SHARED_BENCHMARKS / "aime24" / "aime24_qwen25math.jsonl").rows
+    qwen = load_benchmark("aime24", data=BENCHMARKS / "aime24" / "aime24_qwen25math.jsonl").rows
     assert len(qwen) == 30 and all(isinstance(gold(r), list) and len(gold(r)) == 1 for r in qwen)
     assert qwen[0]["prompt"][0]["content"].startswith("Every morning Aya")
     assert qwen[0]["prompt"][0]["content"].endswith("within \\boxed{}.")
-    areal = load_benchmark("aime25", data=SHARED_BENCHMARKS / "aime25" / "aime25_areal.jsonl").rows
+    areal = load_benchmark("aime25", data=BENCHMARKS / "aime25" / "aime25_areal.jsonl").rows
     assert gold(areal[0]) == ["70"] and gold(areal[1]) == ["588"]  # integer answers as integer text
     amc = load_benchmark("amc").rows
     assert gold(amc[0]) == ["142"]  # 142.0 in the file
-    assert len(load_benchmark("amc", data=SHARED_BENCHMARKS / "amc" / "amc23.jsonl").rows) == 40
+    assert len(load_benchmark("amc", data=BENCHMARKS / "amc" / "amc23.jsonl").rows) == 40
     math500 = load_benchmark("math500").rows
     assert gold(math500[0]) == ["\\left( 3, \\frac{\\pi}{2} \\right)"]
     assert math500[0]["extra_info"]["subject"] == "Precalculus"
@@ -67,7 +72,7 @@ def test_math_schemas_become_json_list_golds() -> None:
 def test_livecodebench_public_file_converts_both_test_forms() -> None:
     bench = load_benchmark("livecodebench")
     assert bench.date_filter.startswith("not applied")
-    records = json.loads((SHARED_BENCHMARKS / "livecodebench" / "lcb_2408_2502_public.json").read_text())
+    records = json.loads((BENCHMARKS / "livecodebench" / "lcb_2408_2502_public.json").read_text())
     for record, row in zip(records, bench.rows, strict=True):
         truth = gold(row)
         assert truth["inputs"] == [t["input"] for t in record["tests"]]
@@ -208,7 +213,7 @@ def test_hub_sources_are_loaded_in_order_and_converted(
         ]
 
     monkeypatch.setattr(datasets, "load_dataset", fake_load)
-    bench = load_benchmark("aime25", shared_dir=tmp_path)  # no shared file there: the hub path
+    bench = load_benchmark("aime25", folder=tmp_path)  # no shared file there: the hub path
     assert [c["name"] for c in calls] == ["AIME2025-I", "AIME2025-II"]
     assert [r["prompt"][0]["content"].split(" problem")[0] for r in bench.rows] == [
         "AIME2025-I",
@@ -222,4 +227,4 @@ def test_hub_sources_are_loaded_in_order_and_converted(
 
     monkeypatch.setattr(datasets, "load_dataset", offline)
     with pytest.raises(UserError, match="pass --data"):
-        load_benchmark("math500", shared_dir=tmp_path)
+        load_benchmark("math500", folder=tmp_path)

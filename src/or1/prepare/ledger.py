@@ -13,6 +13,8 @@ from collections import Counter
 from pathlib import Path
 from typing import IO, Any
 
+from or1.atomic import write_text_atomically
+
 DROPPED_FILE = "dropped.jsonl"
 
 
@@ -80,7 +82,7 @@ class Ledger:
 def write_report(out_dir: Path, name: str, ledger: Ledger, extra: dict[str, Any]) -> dict[str, Any]:
     """report.json, report.md and (when solve counts exist) solve_rates.png in `out_dir`; returns the JSON."""
     report = {"spec": name, **ledger.as_json(), **extra}
-    (out_dir / "report.json").write_text(json.dumps(report, indent=2, ensure_ascii=False) + "\n")
+    write_text_atomically(out_dir / "report.json", json.dumps(report, indent=2, ensure_ascii=False) + "\n")
     difficulty = extra.get("difficulty") or {}
     if difficulty.get("histogram"):
         plot_solve_rates(
@@ -90,7 +92,7 @@ def write_report(out_dir: Path, name: str, ledger: Ledger, extra: dict[str, Any]
             difficulty["model"],
             tuple(difficulty["keep"]),
         )
-    (out_dir / "report.md").write_text(_markdown(report))
+    write_text_atomically(out_dir / "report.md", _markdown(report))
     return report
 
 

@@ -20,9 +20,8 @@ from typing import Any
 from or1 import __version__
 from or1.eval.metrics import Metrics
 from or1.eval.samples import SampleRecord
+from or1.layout import REPORT_FILE, SUMMARY_FILE
 
-SUMMARY_FILE = "summary.json"
-REPORT_FILE = "report.md"
 # How to read the headline table; the definitions are those of or1.eval.metrics.
 METRIC_NOTES = (
     "avg@n: correct samples / n, averaged over problems. pass@k: the unbiased estimator "

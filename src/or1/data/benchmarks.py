@@ -1,28 +1,30 @@
 """The benchmark registry: where each benchmark's data lives and how it becomes or1 rows.
 
-A benchmark resolves, in order: `--data PATH` (a parquet / jsonl / json file in any schema of DATA.md), else the
-file in ../shared/benchmarks (relative to the repository root) when it exists, else the hub id through
-`datasets.load_dataset`. A path given as the benchmark name itself is evaluated as a file of or1 rows.
+A benchmark resolves, in order: `--data PATH` (a parquet / jsonl / json file in any schema data/converters.py
+reads), else its file in the benchmark folder named by the OR1_BENCHMARKS environment variable (the registry's
+`file` below, e.g. $OR1_BENCHMARKS/aime24/aime24.parquet) when it is there, else the hub id through
+`datasets.load_dataset` (the default: no folder is needed online). A path given as the benchmark name itself is
+evaluated as a file of or1 rows.
 
 LiveCodeBench takes a contest-date window (default 2024-08-01 .. 2025-02-01, the paper's). The window only applies
-when the source has dates: the hub rows carry `contest_date`, but the shared public-test file has none (it is that
+when the source has dates: the hub rows carry `contest_date`, but the local public-test file has none (it is that
 window already), so for it the filter is skipped and the summary says so.
 """
 
 from __future__ import annotations
 
 import hashlib
+import os
 from dataclasses import dataclass
 from datetime import date
 from pathlib import Path
 from typing import Any
 
-from or1.data import records
+from or1.data.converters import record_date, to_or1_row
+from or1.data.records import read_records
 from or1.errors import UserError
-from or1.eval.converters import record_date, to_or1_row
 
-REPO_ROOT = Path(__file__).resolve().parents[3]
-SHARED_BENCHMARKS = REPO_ROOT.parent / "shared" / "benchmarks"
+BENCHMARKS_ENV = "OR1_BENCHMARKS"  # a folder of local benchmark files, laid out as the registry's `file`s
 LCB_WINDOW = (date(2024, 8, 1), date(2025, 2, 1))
 _LCB_FILES = [
     f"hf://datasets/livecodebench/code_generation_lite/test{s}.jsonl" for s in ("", "2", "3", "4", "5", "6")
@@ -31,15 +33,14 @@ _LCB_FILES = [
 
 @dataclass(frozen=True)
 class Benchmark:
-    """One registry entry: its ability, the shared file name, and the hub source used when no file is found."""
+    """One registry entry: its ability, its file in the benchmark folder, and the hub source used without one."""
 
     name: str
     ability: str
-    shared_file: str  # relative to ../shared/benchmarks
+    file: str  # relative to the benchmark folder (OR1_BENCHMARKS)
     hub_id: str  # what the summary names as the source
-    hub_loads: tuple[
-        dict[str, Any], ...
-    ]  # datasets.load_dataset arguments; several are concatenated in order
+    # datasets.load_dataset arguments; several are concatenated in order
+    hub_loads: tuple[dict[str, Any], ...]
     dated: bool = False  # whether a contest-date window applies
 
 
@@ -86,9 +87,8 @@ REGISTRY: dict[str, Benchmark] = {
             "code",
             "livecodebench/lcb_2408_2502_public.json",
             "livecodebench/code_generation_lite",
-            (
-                {"path": "json", "data_files": _LCB_FILES, "split": "train"},
-            ),  # the raw jsonl: datasets 4+ runs no scripts
+            # the raw jsonl: datasets 4+ runs no scripts
+            ({"path": "json", "data_files": _LCB_FILES, "split": "train"},),
             dated=True,
         ),
     )
@@ -107,14 +107,22 @@ class BenchmarkData:
     date_filter: str  # what the window did, in words, for the summary
 
 
+def benchmark_folder() -> Path | None:
+    """The folder of local benchmark files that OR1_BENCHMARKS names; None when it is unset (the hub ids serve)."""
+    value = os.environ.get(BENCHMARKS_ENV, "").strip()
+    return Path(value).expanduser() if value else None
+
+
 def load_benchmark(
     benchmark: str,
     *,
     data: Path | None = None,
     window: tuple[date, date] | None = LCB_WINDOW,
-    shared_dir: Path = SHARED_BENCHMARKS,
+    folder: Path | None = None,
 ) -> BenchmarkData:
-    """Resolve `benchmark` (a registry name, or a path to an or1-row file) into or1 rows."""
+    """Resolve `benchmark` (a registry name, or a path to an or1-row file) into or1 rows.
+
+    `folder` None: the OR1_BENCHMARKS folder, if set."""
     spec = REGISTRY.get(benchmark)
     if spec is None:
         path = Path(benchmark)
@@ -123,11 +131,12 @@ def load_benchmark(
         raise UserError(
             f"Unknown benchmark {benchmark!r}; choose one of {', '.join(REGISTRY)} or give an or1-row file."
         )
-    if data is None and (shared_dir / spec.shared_file).is_file():
-        data = shared_dir / spec.shared_file
+    folder = folder if folder is not None else benchmark_folder()
+    if data is None and folder is not None and (folder / spec.file).is_file():
+        data = folder / spec.file
     if data is not None:
         return _from_file(spec.name, spec.ability, Path(data), window if spec.dated else None)
-    return _from_hub(spec, window if spec.dated else None)
+    return _from_hub(spec, window if spec.dated else None, folder)
 
 
 def file_sha256(path: Path) -> str:
@@ -136,11 +145,6 @@ def file_sha256(path: Path) -> str:
         for block in iter(lambda: handle.read(1 << 20), b""):
             digest.update(block)
     return digest.hexdigest()
-
-
-def read_records(path: Path) -> list[dict[str, Any]]:
-    """Records of a .parquet, .jsonl or .json (a list, or an object holding one list) file."""
-    return records.read_records(path, what="Benchmark file")
 
 
 def _convert(name: str, ability: str, records: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:
@@ -169,23 +173,26 @@ def _windowed(
 
 
 def _from_file(name: str, ability: str, path: Path, window: tuple[date, date] | None) -> BenchmarkData:
-    records, note = _windowed(read_records(path), window)
+    records, note = _windowed(read_records(path, what="Benchmark file"), window)
     rows = _convert(name, ability, records, str(path))
     return BenchmarkData(name, ability, rows, str(path.resolve()), file_sha256(path), note)
 
 
-def _from_hub(spec: Benchmark, window: tuple[date, date] | None) -> BenchmarkData:
+def _from_hub(spec: Benchmark, window: tuple[date, date] | None, folder: Path | None) -> BenchmarkData:
     import datasets  # only here: loading the hub is the slow, online path
 
     records: list[dict[str, Any]] = []
     for kwargs in spec.hub_loads:
         try:
             records += [dict(r) for r in datasets.load_dataset(**kwargs)]
-        except (
-            Exception
-        ) as err:  # offline machines and missing ids both land here; the user picks --data instead
+        except Exception as err:  # offline machines and missing ids alike: point at local files instead
+            looked = (
+                f"{folder / spec.file} does not exist" if folder is not None else f"{BENCHMARKS_ENV} is unset"
+            )
             raise UserError(
-                f"Cannot load {spec.hub_id} from the hub ({err.__class__.__name__}); pass --data PATH."
+                f"Cannot load {spec.name}: no local file ({looked}) and the hub's {spec.hub_id} cannot be loaded "
+                f"({err.__class__.__name__}); set {BENCHMARKS_ENV} to a folder holding {spec.file}, or pass "
+                "--data PATH."
             ) from None
     records, note = _windowed(records, window)
     rows = _convert(spec.name, spec.ability, records, spec.hub_id)
@@ -194,7 +201,7 @@ def _from_hub(spec: Benchmark, window: tuple[date, date] | None) -> BenchmarkDat
 
 def _ability_of_file(path: Path) -> str:
     """An or1-row file names its ability per row; the first row's decides which scorer defaults apply."""
-    records = read_records(path)
+    records = read_records(path, what="Benchmark file")
     ability = records[0].get("ability") if records and isinstance(records[0], dict) else None
     if ability not in ("math", "code"):
         raise UserError(

@@ -15,9 +15,9 @@ import pyarrow.parquet as pq
 import pytest
 import yaml
 
-from or1.data.difficulty import CACHE_FILE, prompt_key, read_cache
-from or1.data.pipeline import prepare
 from or1.data.synthetic import math_train_rows
+from or1.prepare.difficulty import CACHE_FILE, prompt_key, read_cache
+from or1.prepare.pipeline import prepare
 
 
 def write_spec(tmp_path: Path, model: Path, size: int, name: str = "spec.yaml", **difficulty) -> Path:
@@ -121,7 +121,7 @@ def test_rows_with_a_count_for_the_model_are_not_resampled(tmp_path: Path, tiny_
 def test_resumes_after_a_kill(tmp_path: Path, tiny_model_dir: Path):
     spec = write_spec(tmp_path, tiny_model_dir, 48, chunk_size=4)
     out = tmp_path / "out"
-    code = f"from or1.data.pipeline import prepare; prepare({str(spec)!r}, {str(out)!r})"
+    code = f"from or1.prepare.pipeline import prepare; prepare({str(spec)!r}, {str(out)!r})"
     proc = subprocess.Popen(
         [sys.executable, "-c", code], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL
     )

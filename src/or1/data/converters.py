@@ -1,9 +1,9 @@
-"""Turn each known benchmark record schema (DATA.md) into an or1 row.
+"""Turn each known benchmark record schema into an or1 row (the schemas: the docstrings of the functions below).
 
 Math records (`problem` + `answer`, in the Qwen2.5-Math, AReaL, MATH-500, AMC and hub AIME spellings) become math
-rows whose ground truth is a JSON list of answers. LiveCodeBench records, either the public-test file in
-../shared/benchmarks or the hub's `livecodebench/code_generation_lite` rows, become code rows with stdin/stdout or
-call-based tests. Rows already in or1 form pass through unchanged.
+rows whose ground truth is a JSON list of answers. LiveCodeBench records, either the public-test file of a benchmark
+folder (OR1_BENCHMARKS) or the hub's `livecodebench/code_generation_lite` rows, become code rows with stdin/stdout
+or call-based tests. Rows already in or1 form pass through unchanged.
 """
 
 from __future__ import annotations
@@ -72,7 +72,7 @@ def method_name(starter_code: str) -> str | None:
 
 
 def code_truth(tests: list[dict[str, Any]], fn_name: str | None) -> dict[str, Any]:
-    """Code ground truth from LiveCodeBench tests [{input, output, testtype}] (DATA.md's two forms)."""
+    """Code ground truth from LiveCodeBench tests [{input, output, testtype}] (stdin/stdout or call-based)."""
     if not tests:
         raise UserError("a LiveCodeBench problem has no tests")
     kinds = {t.get("testtype") for t in tests}

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -18,20 +18,11 @@ from or1.data.records import prompt_key
 from or1.data.schema import read_rows
 from or1.errors import UserError
 from or1.hybrid.batch import Batch
+from or1.hybrid.columns import ABILITY, DATA_SOURCE, PROMPT_IDS, PROMPT_KEY, REWARD_MODEL, UID
+from or1.tokens import prompt_ids
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
-
-
-def read_prompt_rows(path: str | Path) -> list[dict[str, Any]]:
-    """or1 rows from a .parquet, .jsonl or .json file (checked against the row schema)."""
-    return read_rows(path)
-
-
-def encode_prompt(tokenizer: PreTrainedTokenizerBase, messages: Sequence[dict[str, str]]) -> list[int]:
-    """Chat template with the assistant header appended, then token ids (no extra special tokens)."""
-    text = tokenizer.apply_chat_template(list(messages), tokenize=False, add_generation_prompt=True)
-    return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 
 @dataclass
@@ -56,10 +47,10 @@ class PromptLoader:
         shuffle: bool = True,
         keep_keys: set[str] | None = None,
     ):
-        rows = [row for f in files for row in read_prompt_rows(f)]
+        rows = [row for f in files for row in read_rows(f)]
         if keep_keys is not None:  # online filtering between stages keeps only these prompts
             rows = [r for r in rows if prompt_key(r) in keep_keys]
-        encoded = [(row, encode_prompt(tokenizer, row["prompt"])) for row in rows]
+        encoded = [(row, prompt_ids(tokenizer, row["prompt"])) for row in rows]
         self.too_long = sum(len(ids) > max_prompt_length for _, ids in encoded)
         self.rows = [(row, ids) for row, ids in encoded if len(ids) <= max_prompt_length]
         if len(self.rows) < batch_size:
@@ -89,14 +80,13 @@ class PromptLoader:
         self.state.position += self.batch_size
         picked = [self.rows[i] for i in order]
         columns = {
-            "prompt_ids": [ids for _, ids in picked],
-            "uid": [
-                f"{step}.{round_}-{j}" if round_ else f"{step}-{j}" for j in range(len(picked))
-            ],  # GRPO groups
-            "prompt_key": [prompt_key(row) for row, _ in picked],
-            "ability": [row["ability"] for row, _ in picked],
-            "reward_model": [dict(row["reward_model"]) for row, _ in picked],
-            "data_source": [row["data_source"] for row, _ in picked],
+            PROMPT_IDS: [ids for _, ids in picked],
+            # the GRPO groups
+            UID: [f"{step}.{round_}-{j}" if round_ else f"{step}-{j}" for j in range(len(picked))],
+            PROMPT_KEY: [prompt_key(row) for row, _ in picked],
+            ABILITY: [row["ability"] for row, _ in picked],
+            REWARD_MODEL: [dict(row["reward_model"]) for row, _ in picked],
+            DATA_SOURCE: [row["data_source"] for row, _ in picked],
         }
         return Batch.from_dict(columns, meta={"step": step, "seed": self.seed + 1_000_003 * round_})
 

@@ -12,8 +12,8 @@ from typing import Any, Literal
 import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from or1.data.filters import RULES
 from or1.errors import UserError
+from or1.prepare.filters import RULES
 
 SPECS_DIR = Path(__file__).resolve().parents[3] / "data"
 SYNTHETIC = ("tiny-math-train", "tiny-math-validation", "tiny-code-train", "tiny-code-validation")
@@ -58,7 +58,7 @@ class SourceSpec(_Section):
             raise ValueError(
                 f"source {self.name!r} needs exactly one of path, hub or synthetic (got {given})"
             )
-        from or1.data.adapters import ADAPTERS
+        from or1.prepare.adapters import ADAPTERS
 
         if self.adapter != "auto" and self.adapter not in ADAPTERS:
             raise ValueError(f"unknown adapter {self.adapter!r}; choose auto or one of {', '.join(ADAPTERS)}")
@@ -87,7 +87,8 @@ class DecontaminateSpec(_Section):
         default_factory=list, description="More evaluation files (or1 rows or known schemas)."
     )
     benchmark_dir: str | None = Field(
-        None, description="Where the benchmark files are (default: shared/benchmarks)."
+        None,
+        description="Folder of local benchmark files (default: the OR1_BENCHMARKS folder, else the hub).",
     )
     ngram: int = Field(13, ge=3, description="Words per n-gram.")
 

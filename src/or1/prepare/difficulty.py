@@ -24,12 +24,12 @@ CACHE_FILE = "difficulty_cache.jsonl"
 
 @dataclass(frozen=True)
 class Sampling:
-    """How each problem is graded: n samples at temperature / top_p, at most max_new_tokens each."""
+    """How each problem is graded: n samples at temperature / top_p, at most max_response_length each."""
 
     n: int = 8
     temperature: float = 1.0
     top_p: float = 1.0
-    max_new_tokens: int = 1024
+    max_response_length: int = 1024
     seed: int = 0
 
 
@@ -45,8 +45,8 @@ class Grader:
         micro_batch_size: int = 128,
     ):
         self.sampling, self.reward_workers = sampling, reward_workers
-        from or1.engines.loading import load_tokenizer
-        from or1.engines.rollout import load_rollout_engine
+        from or1.engines.loading import load_rollout_engine
+        from or1.tokens import load_tokenizer
 
         self.tokenizer = load_tokenizer(model_path)
         self.engine = load_rollout_engine(engine, model_path, micro_batch_size=micro_batch_size)
@@ -55,15 +55,19 @@ class Grader:
         """{"solved": count per row, "node": where this ran}; the chunk's seed derives from its first prompt."""
         from or1.engines.rollout import SamplingParams
         from or1.rewards.score import score_batch
-        from or1.trainer.data import encode_prompt
+        from or1.tokens import prompt_ids
 
         s = self.sampling
         seed = (int(prompt_key(rows[0]), 16) + s.seed) % 2**31
         params = SamplingParams(
-            n=s.n, temperature=s.temperature, top_p=s.top_p, max_new_tokens=s.max_new_tokens, seed=seed
+            n=s.n,
+            temperature=s.temperature,
+            top_p=s.top_p,
+            max_response_length=s.max_response_length,
+            seed=seed,
         )
         generations = self.engine.generate_ids(
-            [encode_prompt(self.tokenizer, r["prompt"]) for r in rows], params
+            [prompt_ids(self.tokenizer, r["prompt"]) for r in rows], params
         )
         texts = self.tokenizer.batch_decode(generations.responses, skip_special_tokens=True)
         scored = score_batch(

@@ -1,0 +1,45 @@
+"""The Batch columns of one training step, in the order the step makes them (B rows, P prompt and R response tokens).
+
+A column is spelled here once; the prompt loader, the workers, the engines and the controller's phases use these
+names, so a reader finds every producer and consumer of a column by its constant.
+"""
+
+from __future__ import annotations
+
+# Prompts (trainer/prompt_loader.py, trainer/validation.py), non-tensor, one per prompt
+PROMPT_IDS = "prompt_ids"  # the chat-templated prompt's token ids (or1.tokens.prompt_ids)
+UID = "uid"  # the GRPO group: one per prompt, repeated over its n samples
+PROMPT_KEY = "prompt_key"  # the prompt's content hash (online filter, prompt statistics)
+ABILITY = "ability"  # math | code: which verifier scores it
+REWARD_MODEL = "reward_model"  # {"ground_truth": ...}, as in the or1 row
+DATA_SOURCE = "data_source"
+
+# Rollout (workers/actor_rollout_ref.generate_sequences), tensors
+INPUT_IDS = "input_ids"  # [B, P + R]: prompt left-padded, response right-padded
+ATTENTION_MASK = "attention_mask"  # [B, P + R]
+RESPONSES = "responses"  # [B, R]: the last R columns of input_ids
+RESPONSE_MASK = "response_mask"  # [B, R]: the loss mask
+RESPONSE_LENGTH = "response_length"  # [B]
+ROLLOUT_LOG_PROBS = "rollout_log_probs"  # [B, R]: the sampler's own log-probs
+TRUNCATED = "truncated"  # [B]: hit the response budget without a stop token
+RESPONSE_TEXT = "response_text"  # non-tensor: the decoded response
+
+# Rewards (trainer/rewards.py) and the truncation policy (trainer/phases.py)
+SCORES = "scores"  # [B]: the verifier's score
+SCORE_REASON = "score_reason"  # non-tensor: why (correct, wrong answer, timeout, ...)
+REWARDS = "rewards"  # [B]: the score after the truncation policy
+
+# Actor, reference and critic passes (engines/fsdp.py through the workers)
+LOG_PROBS = "log_probs"  # [B, R]: what an engine's log-prob pass returns
+ENTROPY = "entropy"  # [B, R]: full-vocabulary entropy of the old policy
+OLD_LOG_PROBS = "old_log_probs"  # [B, R]
+REF_LOG_PROBS = "ref_log_probs"  # [B, R]
+VALUES = "values"  # [B, R]: the critic's
+ADVANTAGES = "advantages"  # [B, R]: on the controller (algos/advantages.py)
+RETURNS = "returns"  # [B, R]: the critic's targets
+
+# What a pass over the sequences needs (log-probs, values) and what each update adds to it
+SEQUENCE_COLUMNS = (INPUT_IDS, ATTENTION_MASK, RESPONSES, RESPONSE_MASK)
+UPDATE_COLUMNS = (*SEQUENCE_COLUMNS, OLD_LOG_PROBS, ADVANTAGES)
+CRITIC_COLUMNS = (*SEQUENCE_COLUMNS, VALUES, RETURNS)
+REWARD_COLUMNS = (ABILITY, RESPONSE_TEXT, REWARD_MODEL)  # what the verifiers read

@@ -1,0 +1,44 @@
+"""The names of a run folder's parts, in one place: the trainer writes them; resume, `or1 report` and eval read them.
+
+```
+runs/<recipe>/                      run_directory (or --run-dir)
+  stage<N>/                         stage_directory
+    config.yaml                     the stage's resolved config
+    metrics.jsonl  tensorboard/  samples/
+    checkpoints/step_<k>/  latest   (trainer/checkpoint.py)
+    prompt_stats.parquet            per-prompt solve counts: the next stage's online filter
+    final/  final_critic/           the stage's exported models (final_critic under GAE)
+    summary.json
+  eval/<name>/                      summary.json, report.md, samples.jsonl (or1 eval)
+  plots/  report.md                 (or1 report)
+```
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+RUNS_DIR = "runs"
+STAGE_DIR = re.compile(r"stage(\d+)")
+CONFIG_FILE = "config.yaml"
+METRICS_FILE = "metrics.jsonl"
+TENSORBOARD_DIR = "tensorboard"
+SAMPLES_DIR = "samples"
+CHECKPOINTS_DIR = "checkpoints"
+PROMPT_STATS_FILE = "prompt_stats.parquet"
+FINAL_DIR = "final"
+FINAL_CRITIC_DIR = "final_critic"
+SUMMARY_FILE = "summary.json"  # a stage's summary, and an evaluation's
+EVAL_DIR = "eval"
+REPORT_FILE = "report.md"  # the run's report (or1 report), and an evaluation's
+PLOTS_DIR = "plots"
+
+
+def run_directory(recipe: str, run_dir: Path | str | None) -> Path:
+    """The run directory: the one given, else runs/<recipe name>."""
+    return Path(run_dir) if run_dir is not None else Path(RUNS_DIR) / recipe
+
+
+def stage_directory(run_dir: Path, index: int) -> Path:
+    return run_dir / f"stage{index}"

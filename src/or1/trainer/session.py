@@ -1,0 +1,166 @@
+"""One stage's Ray session: start the worker groups while the controller reads the prompts, build the trainer,
+resume or start fresh, train to the stage's end and export the final model (and critic)."""
+
+from __future__ import annotations
+
+import os
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import suppress
+from dataclasses import dataclass
+from pathlib import Path
+
+from rich.console import Console
+
+from or1.algos.entropy_control import AdaptiveEntropyController
+from or1.config.schema import RunConfig
+from or1.hybrid import ResourcePool, WorkerGroup, colocate, ray_session
+from or1.hybrid.cluster import local_cpus
+from or1.layout import FINAL_CRITIC_DIR, FINAL_DIR, PROMPT_STATS_FILE
+from or1.preflight import uses_gpu
+from or1.stop import StopFlag
+from or1.tokens import load_tokenizer
+from or1.trainer.checkpoint import CheckpointManager
+from or1.trainer.handoff import filtered_prompts
+from or1.trainer.loop import Trainer, restore, train
+from or1.trainer.metrics import MetricsLogger
+from or1.trainer.prompt_loader import PromptLoader
+from or1.trainer.rewards import RewardManager
+from or1.trainer.validation import ValidationSet, load_validation_sets
+from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
+from or1.workers.critic import CriticWorker
+
+
+def train_in_session(
+    cfg: RunConfig,
+    stage_dir: Path,
+    model_path: str,
+    critic_path: str | None,
+    resume: str,
+    ray_address: str | None,
+    console: Console,
+    stop: StopFlag | None = None,
+) -> tuple[Trainer, dict[str, int]]:
+    """Start Ray and the workers, resume (auto) or start fresh, train the stage to its end and export it."""
+    stop = stop or StopFlag()
+    with ray_session(ray_address, num_cpus=local_cpus(cfg.world_size)):  # joins the CLI's Ray when it runs
+        stop.install()  # ray.init replaced the SIGTERM handler with one that exits mid-call
+        rewards = RewardManager(cfg.reward)
+        with ThreadPoolExecutor(1) as starter:
+            # The ranks import their libraries and load the model (seconds) while this process reads the prompts.
+            starting = starter.submit(start_actor_groups, cfg, model_path, critic_path)
+            try:
+                keep, dropped = filtered_prompts(cfg, stage_dir, console)
+                data = load_stage_data(cfg, model_path, keep, console)
+            except BaseException:
+                with suppress(Exception):  # the data's error is the one to report
+                    starting.result()[0].shutdown()
+                raise
+            actor, critic = starting.result()
+        try:
+            trainer = build_trainer(cfg, stage_dir, data, actor, critic, rewards, console)
+            trainer.stop = stop
+            trainer.checkpoints.sweep_partial()
+            latest = trainer.checkpoints.latest() if resume == "auto" else None
+            if latest is not None:
+                console.print(f"resuming stage {cfg.stage.index} from {latest}", markup=False)
+                restore(trainer, latest)
+            else:
+                trainer.logger.truncate_after(-1)  # steps an earlier attempt logged before any checkpoint
+            try:
+                train(trainer)
+            finally:
+                trainer.logger.close()
+            stop.raise_if_requested(
+                f"stopped after the last step ({trainer.step}), before exporting the final model; "
+                f"checkpoint {trainer.checkpoints.latest()}"
+            )
+            trainer.prompt_stats.save(stage_dir / PROMPT_STATS_FILE)
+            actor.export_model(str(stage_dir / FINAL_DIR))
+            if critic is not None:
+                critic.export_model(str(stage_dir / FINAL_CRITIC_DIR))
+        finally:
+            actor.shutdown()  # colocated roles (the critic) go with it
+    return trainer, dropped
+
+
+def start_actor_groups(
+    cfg: RunConfig, model_path: str, critic_path: str | None
+) -> tuple[WorkerGroup, WorkerGroup | None]:
+    """The actor/rollout(/ref) group on nnodes x devices_per_node ranks with the critic (GAE) colocated in the same
+    processes, models loaded; shut down if loading fails."""
+    threads = cfg.trainer.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.world_size)
+    pool = ResourcePool(cfg.trainer.nnodes, cfg.trainer.devices_per_node, use_gpu=uses_gpu(cfg))
+    env = {"OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
+    roles = {
+        "actor_rollout": (
+            ActorRolloutRefWorker,
+            {"config": cfg, "model_path": model_path, "threads": threads},
+        )
+    }
+    if critic_path is not None:
+        roles["critic"] = (CriticWorker, {"config": cfg, "model_path": critic_path, "threads": threads})
+    groups = colocate(pool, roles, name="actor", env=env)
+    actor, critic = groups["actor_rollout"], groups.get("critic")
+    try:
+        actor.init_model()
+        if critic is not None:
+            critic.init_model()
+    except BaseException:
+        actor.shutdown()  # colocated roles share the actors: this ends the critic too
+        raise
+    return actor, critic
+
+
+@dataclass
+class StageData:
+    """What a stage trains and validates on, read while the workers start."""
+
+    loader: PromptLoader
+    validation: list[ValidationSet]
+
+
+def load_stage_data(cfg: RunConfig, model_path: str, keep: set[str] | None, console: Console) -> StageData:
+    """The training prompts in `keep` (None: every prompt of data.train_files) and the validation sets, tokenized."""
+    tokenizer = load_tokenizer(model_path)
+    loader = PromptLoader(
+        cfg.data.train_files,
+        tokenizer,
+        batch_size=cfg.trainer.batch_size,
+        max_prompt_length=cfg.data.max_prompt_length,
+        seed=cfg.trainer.seed,
+        shuffle=cfg.data.shuffle,
+        keep_keys=keep,
+    )
+    if loader.too_long:
+        console.print(f"dropped {loader.too_long} prompts longer than {cfg.data.max_prompt_length} tokens")
+    return StageData(loader, load_validation_sets(cfg, tokenizer))
+
+
+def build_trainer(
+    cfg: RunConfig,
+    stage_dir: Path,
+    data: StageData,
+    actor: WorkerGroup,
+    critic: WorkerGroup | None,
+    rewards: RewardManager,
+    console: Console,
+) -> Trainer:
+    """The stage's trainer over `data` with the started worker groups."""
+    return Trainer(
+        cfg=cfg,
+        actor=actor,
+        critic=critic,
+        rewards=rewards,
+        loader=data.loader,
+        entropy=AdaptiveEntropyController.from_config(cfg.algorithm.entropy),
+        checkpoints=CheckpointManager(stage_dir, cfg.trainer.keep_checkpoints),
+        logger=MetricsLogger(
+            stage_dir,
+            list(cfg.trainer.loggers),
+            cfg.trainer.steps,
+            console,
+            wandb_project=cfg.trainer.wandb_project,
+            wandb_run_name=cfg.trainer.wandb_run_name or f"{cfg.recipe}-stage{cfg.stage.index}",
+        ),
+        validation=data.validation,
+    )
