@@ -4,14 +4,36 @@ Default suite (not slow). It runs the shipped recipe's three stages (budgets 48 
 sampling, adaptive entropy control, online filtering) for fewer steps (STEPS) from a 400-step `or1 init-model` base
 built here, in one `or1 train --stage all` process, and fails when
 - validation (every stage at the same 96-token budget, the same seeds at every validation) does not rise by
-  STAGE1_MARGIN from the base to the end of stage 1, and again by CHAIN_MARGIN from there to the end of stage 3;
+  STAGE1_MARGIN from the base to the end of stage 1, by CHAIN_MARGIN from there to the end of stage 3, and by
+  TOTAL_MARGIN over the whole chain;
 - a hand-off breaks: a stage does not start from the previous stage's final model (its summary says so, and its
-  step-0 validation equals the previous stage's last one: same weights, same seeds), the online filter's counts
-  differ from the always-solved prompts in the earlier stages' prompt statistics, or a stage's entropy controller
-  does not start afresh from init_coef at its own target while the coefficient moved in stage 1;
+  step-0 validation equals the previous stage's last one: same weights, same seeds), stage 1 solves no prompt at
+  every attempt (TRAIN_OPS makes some certain), the online filter's counts differ from the always-solved prompts in
+  the earlier stages' prompt statistics, or a stage's entropy controller does not start afresh from init_coef at its
+  own target while the coefficient moved in stage 1;
 - a figure of `or1 report` is missing.
+
+The margins hold on any trajectory, not one machine's: torch picks other CPU kernels on other processors (AVX2,
+AVX-512), so the 400 warm-start steps and 220 RL steps end in another model there. Measured on one AVX-512 machine
+with `python tests/repro/spread.py` (torch's own choice against ATEN_CPU_CAPABILITY=avx2, trainer seeds 0-2; the
+base is built once per kernel choice), validation avg@16 in %:
+
+    kernel   seed  base   stage 1  stage 2  stage 3   stage 1 gain  stages 2-3  chain   always solved (1, 2 new)
+    AVX-512  0     38.4   44.2     46.7     47.2      +5.8          +3.0        +8.8    39, 79
+    AVX-512  1     38.8   45.9     45.6     47.4      +7.1          +1.5        +8.6    32, 65
+    AVX-512  2     39.4   47.4     46.1     49.0      +8.0          +1.6        +9.6    41, 60
+    avx2     0     38.3   43.6     42.5     45.4      +5.3          +1.8        +7.1    73, 70
+    avx2     1     38.1   41.7     43.9     45.1      +3.6          +3.4        +7.0    64, 75
+    avx2     2     37.4   43.2     42.7     46.9      +5.8          +3.7        +9.5    67, 65
+
+Gains: stage 1 mean +5.9 (sd 1.5, lowest +3.6), stages 2-3 +2.5 (sd 1.0, lowest +1.5), the chain +8.4 (sd 1.1,
+lowest +7.0). The margins, +1.5, > 0 and +5 points, sit 2.9, 2.5 and 3.1 standard deviations under them. A stage
+that does not learn reads exactly the validation it started from (the same weights and seeds), so each check fails
+then: with actor.lr=1e-12 stage 1 reads +0.0 and the test fails; with algorithm.online_filter=false the hand-off
+check fails. 120 steps of stages 2-3 move validation by only 2.5 +- 1 points, so their check asks only that they
+rise; the chain's +5 asks that they add to stage 1's gain on average.
 Set OR1_REPRO_SET (space-separated key=value) to add --set overrides, e.g. OR1_REPRO_SET=actor.lr=1e-12 to see it
-fail when learning is broken.
+fail when learning is broken, and OR1_REPRO_SEED for another trainer seed.
 """
 
 from __future__ import annotations
@@ -37,12 +59,11 @@ BASE_SFT_STEPS = 400
 # 16 samples per problem: with the recipe's 5 (or 4), one validation of the 200 problems is worth about +-1.8 points,
 # as much as a few dozen steps move it, and a check on a rise would pass or fail by the dice.
 VALIDATION_N = 16
-# Measured here (validation avg@16, 200 problems, 96 tokens): base 44.3% -> 51.8% after stage 1 -> 54.8% after
-# stage 3. Stages of 30 steps are within the noise: with STEPS (100, 30, 30) one chain read 44.3 -> 51.8 -> 54.5%
-# and, after a change that only re-rolled the sampling (packed update passes), 44.3 -> 52.8 -> 51.7%; with (50, 30,
-# 30) and avg@4, 46.9 -> 49.3 -> 50.4%. With actor.lr=1e-12 every validation reads the base's value.
-STAGE1_MARGIN = 0.03
-CHAIN_MARGIN = 0.01
+# Sized from the module docstring's table (validation avg@16): 2.5-3 standard deviations under the gains measured
+# over CPU kernels and seeds.
+STAGE1_MARGIN = 0.015
+CHAIN_MARGIN = 0.0  # stages 2-3 must rise: strictly more than their start
+TOTAL_MARGIN = 0.05
 VAL = f"val/validation/t1/avg@{VALIDATION_N}"
 # The train prompts: 800 over 2..6 operands, so that stage 1 (1,600 prompts) samples each one twice (16 attempts,
 # as the shipped recipe's 250 steps do its 2,000 prompts), and 160 of them have 2 operands, which the base solves
@@ -109,10 +130,16 @@ def test_tiny_chain_learns_and_hands_off(tmp_path: Path) -> None:
     check_chain(run)
 
 
-def chain_readings(run: Path) -> dict:
-    """What check_chain asserts on: the validations at each stage's end and the online filter's counts."""
+def run_logs(run: Path) -> tuple[dict[int, list[dict]], dict[int, dict]]:
+    """Each stage's metrics records and summary."""
     logs = {stage: records(run, stage) for stage in (1, 2, 3)}
     summaries = {s: json.loads((run / f"stage{s}" / "summary.json").read_text()) for s in (1, 2, 3)}
+    return logs, summaries
+
+
+def chain_readings(run: Path) -> dict:
+    """What check_chain asserts on: the validations at each stage's end and the online filter's counts."""
+    logs, summaries = run_logs(run)
     solved = {stage: always_solved(run, stage) for stage in (1, 2)}
     return {
         "base": logs[1][0][VAL],
@@ -125,14 +152,14 @@ def chain_readings(run: Path) -> dict:
 def check_chain(run: Path) -> dict:
     """Every check of the module docstring on a finished run directory; its readings."""
     readings = chain_readings(run)
-    logs = {stage: records(run, stage) for stage in (1, 2, 3)}
-    summaries = {s: json.loads((run / f"stage{s}" / "summary.json").read_text()) for s in (1, 2, 3)}
+    logs, summaries = run_logs(run)
 
     # Learning: base -> end of stage 1 -> end of stage 3, all validated at 96 tokens with the same seeds.
     base, stage1, stage3 = readings["base"], readings["stage1"], readings["stage3"]
     print(f"validation avg@{VALIDATION_N}: base {base:.1%} -> stage 1 {stage1:.1%} -> stage 3 {stage3:.1%}")
     assert stage1 - base >= STAGE1_MARGIN, f"stage 1 learned too little: {base:.1%} -> {stage1:.1%}"
-    assert stage3 - stage1 >= CHAIN_MARGIN, f"stages 2-3 learned too little: {stage1:.1%} -> {stage3:.1%}"
+    assert stage3 - stage1 > CHAIN_MARGIN, f"stages 2-3 learned too little: {stage1:.1%} -> {stage3:.1%}"
+    assert stage3 - base >= TOTAL_MARGIN, f"the chain learned too little: {base:.1%} -> {stage3:.1%}"
 
     # Start models: each stage starts from the previous one's final weights (the same validation, to the sample).
     for stage in (2, 3):
@@ -152,13 +179,15 @@ def check_chain(run: Path) -> dict:
     assert summaries[3]["train_prompts"] == total - len(solved[1] | solved[2])
 
     # Entropy control: every stage's controller starts at init_coef (0) and moves by delta from its first step, at
-    # the stage's own target; in stage 1 the coefficient rose once the policy sharpened below the target.
+    # the stage's own target; in stage 1 the coefficient rose once the policy sharpened below the target (first at
+    # steps 5-30 of the table's runs, the entropy's low 0.064-0.074 against the target 0.09; rising twice took up to
+    # 98 of the 100 steps, so one rise is what every trajectory shows).
     entropy = yaml.safe_load(RECIPE.read_text())["algorithm"]["entropy"]
     for stage in (1, 2, 3):
         first = next(r for r in logs[stage] if "entropy/coef" in r)
         assert first["entropy/target"] == entropy["target"]
         assert first["entropy/coef"] in (0.0, pytest.approx(entropy["delta"]))
-    assert max(r.get("entropy/coef", 0.0) for r in logs[1]) > entropy["delta"]
+    assert max(r.get("entropy/coef", 0.0) for r in logs[1]) > 0.0
 
     # The report, written by the chain's last stage: every figure of a finished GRPO run.
     for name in (*FIGURES, "online_filter", "overview"):
