@@ -107,7 +107,8 @@ def test_invalid_ground_truth_is_bad_input(gt):
         ("1e3\n", "1000\n", True),
         ("3\n", "4\n", False),
         ("1 2\n", "1  2\n", True),
-        ("\n3\n", "3\n", False),
+        ("\n3\n", "3\n", True),  # empty lines are ignored (TACO outputs carry stray ones)
+        ("1\n2\n", "1\n\n2\n", True),
         ("abc\n", "ABC\n", False),
         ("1 2\n", "1 2 3\n", False),
         ("", "0\n", False),

@@ -132,9 +132,17 @@ def taco(record: dict[str, Any], ctx: Context) -> dict[str, Any]:
         record,
         ("difficulty", "source", "url", "name"),
         reference_solution=reference,
-        has_figure=bool(record.get("picture_num")) or None,
+        has_figure=_figures(record.get("picture_num")) > 0 or None,
     )
     return _code_row(ctx, code_prompt(problem, record.get("starter_code") or ""), truth, extra)
+
+
+def _figures(value: Any) -> int:
+    """TACO's picture_num: the hub stores it as text ("0" is no figure); None or unreadable counts as none."""
+    try:
+        return int(str(value).strip() or 0) if value is not None else 0
+    except ValueError:
+        return 0
 
 
 def livecodebench(record: dict[str, Any], ctx: Context) -> dict[str, Any]:

@@ -111,10 +111,8 @@ def _text(value: Any) -> str:
 
 # ---------------------------------------------------------------- comparison (host side only)
 def _lines(text: str) -> list[str]:
-    lines = [line.rstrip() for line in text.split("\n")]
-    while lines and not lines[-1]:
-        lines.pop()
-    return lines
+    # empty lines are ignored, as Skywork-OR1's TACO checker does: real TACO outputs carry stray blank lines
+    return [line for line in (raw.rstrip() for raw in text.split("\n")) if line]
 
 
 def _number(token: str) -> Decimal | None:
@@ -133,7 +131,7 @@ def _same_token(got: str, want: str) -> bool:
 
 
 def same_stdout(got: str, want: str) -> bool:
-    """LiveCodeBench-style: per line after stripping trailing whitespace, trailing blank lines ignored, and
+    """LiveCodeBench-style: per line after stripping trailing whitespace, empty lines ignored, and
     whitespace-separated tokens compared as exact decimals where both sides are numbers."""
     got_lines, want_lines = _lines(got), _lines(want)
     if len(got_lines) != len(want_lines):
