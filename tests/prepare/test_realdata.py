@@ -49,3 +49,31 @@ def test_taco_card_row_is_kept_and_both_references_pass():
     finally:
         close_pools()
     assert [r.score for r in results] == [1.0] * len(solutions), results
+
+
+def test_aime24_validation_source_of_or1_math_keeps_all_30(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """Validation rows are never filtered (figures, a URL) nor deduplicated away: avg@k is over all 30."""
+    import yaml
+
+    from or1.prepare.pipeline import prepare
+    from or1.prepare.spec import SPECS_DIR
+
+    monkeypatch.chdir(Path(__file__).resolve().parents[2])  # the spec's relative paths start at the checkout
+    spec = yaml.safe_load((SPECS_DIR / "or1-math.yaml").read_text())
+    aime24 = next(s for s in spec["sources"] if s["name"] == "aime24")
+    if not Path(aime24["path"]).exists():
+        pytest.skip(f"{aime24['path']} not found (the shared benchmark files live beside the checkout)")
+    twin = {**aime24, "name": "aime24-again"}  # the same problems twice: validation rows still all stay
+    (tmp_path / "spec.yaml").write_text(
+        yaml.safe_dump(
+            {
+                "name": "validation-only",
+                "sources": [aime24, twin],
+                "decontaminate": {"enabled": False},
+                "checks": {"math_answer": True, "code_solution": False, "workers": 1},
+            }
+        )
+    )
+    report = prepare(tmp_path / "spec.yaml", tmp_path / "out").report
+    assert report["sources"]["aime24"] == {"in": 30, "kept": 30, "dropped": {}}
+    assert report["sources"]["aime24-again"]["kept"] == 30

@@ -160,18 +160,24 @@ def _load(spec: DataSpec, ledger: Ledger, progress: Progress) -> list[Item]:
     return items
 
 
+def _graded(item: Item) -> bool:
+    """Train rows go through every filter; validation rows are evaluation data, kept whole (avg@k is over all)."""
+    return item.source.role == "train"
+
+
 def _verifiable(spec: DataSpec, items: list[Item], tick: Tick) -> list[Verdict]:
     rules = set(spec.filters.rules)
     verdicts: list[Verdict] = []
     for item in items:
-        reason = filters.unverifiable_reason(item.row)
+        reason = filters.unverifiable_reason(item.row) if _graded(item) else None
         tick(1)
         verdicts.append((reason if reason in rules else None, None))
     return verdicts
 
 
 def _dedup(spec: DataSpec, items: list[Item], tick: Tick) -> list[Verdict]:
-    """Validation sources first, then train in spec order: the first occurrence of a problem is the one kept."""
+    """Validation sources first, then train in spec order: the first occurrence of a problem is the one kept.
+    Validation rows are never dropped; they only make train copies of themselves duplicates."""
     cfg = spec.dedup
     near = dedup.NearDuplicates(cfg.threshold, cfg.num_perm, cfg.shingle) if cfg.near else None
     seen: dict[str, str] = {}
@@ -183,6 +189,11 @@ def _dedup(spec: DataSpec, items: list[Item], tick: Tick) -> list[Verdict]:
         text = filters.problem_text(item.row)
         where = f"{item.source.name}:{item.index}"
         key = f"{item.row['ability']}|{dedup.exact_key(text)}"
+        if not _graded(item):
+            seen.setdefault(key, where)
+            if near is not None:
+                near.add(where, text)
+            continue
         if key in seen:
             verdicts[i] = (DUPLICATE, f"same as {seen[key]}")
             continue
@@ -227,9 +238,11 @@ def _decontaminate(spec: DataSpec, items: list[Item], tick: Tick) -> list[Verdic
 
 def _checks(spec: DataSpec, items: list[Item], tick: Tick, chunk: int = 256) -> list[Verdict]:
     """Reference checks in chunks (one progress update each): math answers, then code solutions."""
-    verdicts: list[Verdict] = []
-    for start in range(0, len(items), chunk):
-        rows = [item.row for item in items[start : start + chunk]]
+    verdicts: list[Verdict] = [(None, None)] * len(items)
+    todo = [i for i, item in enumerate(items) if _graded(item)]  # validation rows are never checked
+    for start in range(0, len(todo), chunk):
+        part = todo[start : start + chunk]
+        rows = [items[i].row for i in part]
         none: list[str | None] = [None] * len(rows)
         math = filters.check_math_answers(rows, spec.checks.workers) if spec.checks.math_answer else none
         code = (
@@ -237,8 +250,10 @@ def _checks(spec: DataSpec, items: list[Item], tick: Tick, chunk: int = 256) -> 
             if spec.checks.code_solution
             else none
         )
-        verdicts += [(m or c, None) for m, c in zip(math, code, strict=True)]
+        for i, m, c in zip(part, math, code, strict=True):
+            verdicts[i] = (m or c, None)
         tick(len(rows))
+    tick(len(items) - len(todo))
     return verdicts
 
 
