@@ -46,6 +46,23 @@ def code(truth: dict, **extra) -> dict:
         (math("(a) Find x. (b) Find y.", ["1"]), filters.MULTI_PART),
         (math("Compute:\n1. the sum\n2. the product", ["3"]), filters.MULTI_PART),
         (math("Find x and y.", ["x=1; y=2"]), filters.MULTI_PART),
+        (
+            math("Let $f_n = n^2$.\n(1) Find the minimum of $f_3$.\n(2) Find $f_4$.", ["9"]),
+            filters.MULTI_PART,
+        ),
+        # what real competition text says without being multiple choice, multi-part or a proof
+        (math("[asy]\ndot(A); dot(B); draw(A--B);\n[/asy]\nFind $AB$.", ["6"]), filters.URL_OR_FIGURE),
+        (math("Let $f(A)\\neq\\emptyset$ for every $A$ and $f(B) = B$. Find the minimum $k$.", ["69"]), None),
+        (math("How many $a$ satisfy:\n(1) $a \\le 50$;\n(2) $x^2 + a = 0$ has integer roots?", ["6"]), None),
+        (
+            math(
+                "Find $n$ such that (i) $n^2$ is a difference of cubes; (ii) $2n + 79$ is a square.", ["181"]
+            ),
+            None,
+        ),
+        (math("Find the number of $n$ with (a) $5 \\mid n$, (b) $7 \\mid n$, (c) $n < 1000$.", ["28"]), None),
+        (math("Find the largest $|f(a) - f(b)|$ over integers $a \\ne b$.", ["1"]), None),
+        (math("Find, with proof, the least positive integer $d_n$ not of this form.", ["2"]), None),
         (math("See https://example.com/p.png and find x.", ["1"]), filters.URL_OR_FIGURE),
         (math("In the figure shown below, find the angle.", ["30"]), filters.URL_OR_FIGURE),
         (code({"inputs": ["1 2\n"], "outputs": ["3\n"]}), None),

@@ -77,3 +77,13 @@ def test_aime24_validation_source_of_or1_math_keeps_all_30(tmp_path: Path, monke
     report = prepare(tmp_path / "spec.yaml", tmp_path / "out").report
     assert report["sources"]["aime24"] == {"in": 30, "kept": 30, "dropped": {}}
     assert report["sources"]["aime24-again"]["kept"] == 30
+
+
+def test_aime_rows_are_never_multiple_choice_multi_part_or_proofs():
+    """AIME answers are integers 0-999: the only verifiability drop on real AIME rows is a figure (or a URL)."""
+    rows = json.loads(real("deepscaler/train_aime.json").read_text())
+    reasons = {
+        filters.unverifiable_reason(adapt("deepscaler", r, Context("aime", "train", i)))
+        for i, r in enumerate(rows)
+    }
+    assert reasons <= {None, filters.URL_OR_FIGURE}

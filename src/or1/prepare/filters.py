@@ -26,15 +26,27 @@ SOLUTION_FAILS = "solution_fails_tests"
 RULES = (NO_ANSWER, NO_TESTS, PROOF, MULTIPLE_CHOICE, MULTI_PART, URL_OR_FIGURE)
 
 _PROOF = re.compile(
-    r"\b(prove|show|demonstrate|verify|justify)\b[^.?!]{0,40}\bthat\b|\bproof\b", re.IGNORECASE
+    r"\b(prove|show|demonstrate|verify|justify)\b[^.?!]{0,40}\bthat\b|(?<!with )\bproof\b", re.IGNORECASE
 )
+# a choice label stands alone: "(A)" in `dot(A)` or `f(A)` is an argument, not a choice
 _CHOICES = re.compile(
-    r"\(A\)[\s\S]*\(B\)|(^|\n)\s*A[.:)]\s[\s\S]*\n\s*B[.:)]\s|\\textbf\{\(A\)", re.MULTILINE
+    r"(?<![\w\\])\(A\)(?!\s*[=\\<>,;)])[\s\S]*(?<![\w\\])\(B\)|(^|\n)\s*A[.:)]\s[\s\S]*\n\s*B[.:)]\s"
+    r"|\\textbf\{\(A\)",
+    re.MULTILINE,
 )
 _LETTER = re.compile(r"^\s*\(?\\?(text|textbf|mathrm)?\{?\(?[A-E]\)?\}?\s*$")
-_PARTS = re.compile(
-    r"\(a\)[\s\S]*\(b\)|\((i|I)\)[\s\S]*\((ii|II)\)|(^|\n)\s*\(?1[.)]\s[\s\S]*\n\s*\(?2[.)]\s"
+# a part label: "(a)", "(ii)", "(2)" not after a name (`f(a)`), or "1." / "2)" at a line start
+_PART_LABEL = re.compile(r"(?<![\w\\])\((?:[a-e]|i{1,3}|iv|I{1,3}|IV|[1-5])\)|(?:^|\n)\s*[1-5][.)]\s")
+# a part asks something; numbered conditions ("(1) f(1) = 1; (2) ...") only state facts
+_ASKS = re.compile(
+    r"\b(find|determine|compute|calculate|evaluate|prove|show|what|how many|how much|express)\b|\?",
+    re.IGNORECASE,
 )
+# "Compute:" / "Find the following:" before a list asks each item; "Find n satisfying these conditions:" does not
+_ASKS_EACH = re.compile(
+    r"\b(find|determine|compute|calculate|evaluate)(\s+the\s+following)?\s*:\s*$", re.IGNORECASE
+)
+_ASY = re.compile(r"\[asy\][\s\S]*?(\[/asy\]|$)", re.IGNORECASE)
 _URL_FIGURE = re.compile(
     r"https?://|www\.|!\[|<img|\[asy\]|\b(figure|diagram|picture|image)\b[^.]{0,30}\b(below|above|shown)\b"
     r"|\bshown in the (figure|diagram|picture)\b|\bsee (the )?(figure|diagram|picture)\b",
@@ -74,13 +86,14 @@ def unverifiable_reason(row: dict[str, Any]) -> str | None:
         kind = str(extra.get("question_type") or "").lower()
         if kind == "proof" or _PROOF.search(text):
             return PROOF
+        words = _ASY.sub(" ", text)  # Asymptote code (`dot(A); dot(B)`) is a figure, not choices or parts
         if (
             kind in ("mcq", "multiple-choice")
-            or _CHOICES.search(text)
+            or _CHOICES.search(words)
             or any(_LETTER.match(a) for a in answers)
         ):
             return MULTIPLE_CHOICE
-        if _PARTS.search(text) or any(";" in a for a in answers):
+        if _multi_part(words) or any(";" in a for a in answers):
             return MULTI_PART
     else:
         tests = code_tests(row)
@@ -89,6 +102,18 @@ def unverifiable_reason(row: dict[str, Any]) -> str | None:
     if extra.get("has_figure") or _URL_FIGURE.search(text):
         return URL_OR_FIGURE
     return None
+
+
+def _multi_part(text: str) -> bool:
+    """Two or more labelled parts that each ask something, or a list of them after "Compute:" (several answers)."""
+    labels = list(_PART_LABEL.finditer(text))
+    if len(labels) < 2:
+        return False
+    if _ASKS_EACH.search(text[: labels[0].start()]):
+        return True
+    ends = [m.start() for m in labels[1:]] + [len(text)]
+    asking = [m for m, end in zip(labels, ends, strict=True) if _ASKS.search(text[m.end() : end])]
+    return len(asking) >= 2
 
 
 def math_reference(row: dict[str, Any]) -> str | None:
