@@ -192,3 +192,22 @@ def test_decimal_comma_is_a_second_reading_of_the_gold_only() -> None:
     assert verify_math("\\boxed{1, 22}", '["1,22"]').correct  # the pair reading still counts
     assert not verify_math("\\boxed{1.2}", '["1, 2"]').correct  # "1, 2" is a list, never 1.2
     assert not verify_math("\\boxed{0.111}", '["111"]').correct
+
+
+def test_an_intermediate_box_in_an_earlier_math_span_is_not_part_of_the_answer() -> None:
+    """Real responses box a value on the way and the final answer later; math-verify (span by span) takes the last."""
+    response = "So $x = \\boxed{3}$, hence the area is $\\boxed{5}$."
+    assert extract_answer(response).answer == "5"
+    assert verify_math(response, '["5"]').correct
+    assert extract_answer("$\\boxed{3}$ for part a, and then $\\boxed{5}$").answer == "5"
+    assert extract_answer("$\\boxed{1}$ $\\boxed{2}$").answer == "2"
+    assert (
+        extract_answer("$\\boxed{1}$ and $\\boxed{2}$").answer == "1, 2"
+    )  # joined spans are still one answer
+    assert extract_answer("\\(\\boxed{1}\\), \\(\\boxed{2}\\)").answer == "1, 2"
+
+
+@pytest.mark.parametrize("gold", ["(C)", "\\text{(C)}", "C"])
+def test_a_lettered_choice_with_its_text_matches_the_letter(gold: str) -> None:
+    assert verify_math("The shape is a plane: $\\boxed{\\text{(C) Plane}}$", json.dumps([gold])).correct
+    assert not verify_math("$\\boxed{\\text{(D) Sphere}}$", json.dumps([gold])).correct

@@ -35,6 +35,8 @@ _LONE_MATH = re.compile(r"^\s*(\$\$([^$]+)\$\$|\$([^$]+)\$|\\\((.+?)\\\)|\\\[(.+
 # math-verify's first choice: Minerva's "Final Answer: The final answer is X. I hope it is correct."
 _MINERVA = re.compile(r"final\s+answer\s+is\s*:?\s*(.+?)\.?\s*I\s+hope", re.IGNORECASE | re.DOTALL)
 _RUN_SEPARATOR = re.compile(r"\b(?:and|or)\b|,|;")
+_SPAN_EDGE = re.compile(r"\$|\\[()\[\]]")  # a math span opens or closes between two boxes
+_SPAN_SEPARATOR = re.compile(r"\s*(?:,?\s*(?:and|or)|,)\s*")  # what joins boxes in separate spans
 
 
 @dataclass(frozen=True)
@@ -104,6 +106,8 @@ def boxed_run(text: str) -> list[str]:
     The rule of math-verify's box extraction (latex2sympy2_extended's `extract_boxed_content`), walking back from
     the last box: an earlier box joins the run when fewer than 10 characters separate it from the next one, or when
     fewer than 70 do, they hold a `,` / `;` / `and` / `or`, and its content differs; repeated contents count once.
+    Boxes in separate math spans (`$...$`) join only when nothing but `,` / `and` / `or` lies between the spans, as
+    math-verify's span matching does: an intermediate boxed value earlier in the text is not part of the answer.
     """
     boxes = list(_BOX_RE.finditer(text))
     index = _last_complete_box(text, boxes)
@@ -120,8 +124,14 @@ def boxed_run(text: str) -> list[str]:
         if body is None or closing >= next_start:
             break  # unclosed, or a box around the next one
         gap, content = text[closing + 1 : next_start], body.strip()
-        near = len(gap) < _RUN_NEAR
-        if not near and (content == bodies[-1] or len(gap) >= _RUN_FAR or not _RUN_SEPARATOR.search(gap)):
+        if _SPAN_EDGE.search(
+            gap
+        ):  # "$x = \boxed{3}$, so the area is $\boxed{5}$": the last span is the answer
+            if not _SPAN_SEPARATOR.fullmatch(_SPAN_EDGE.sub("", gap)):
+                break
+        elif len(gap) >= _RUN_NEAR and (
+            content == bodies[-1] or len(gap) >= _RUN_FAR or not _RUN_SEPARATOR.search(gap)
+        ):
             break
         if content != bodies[-1]:
             bodies.append(content)

@@ -36,6 +36,10 @@ from or1.rewards.result import BAD_INPUT, CORRECT, NO_ANSWER, WRONG_ANSWER, Resu
 _ELLIPSIS = re.compile(r"\\[lc]?dots\b|\.\.\.")
 _BASE_NUMERAL = re.compile(r"^([0-9A-Za-z]+)_\{?(\d{1,2})\}?$")
 _PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{4,}")
+_CHOICE_GOLD = re.compile(r"^\(?([A-E])\)?$")  # a multiple-choice gold: (C) or C
+_CHOICE_PRED = re.compile(
+    r"^(?:\\text(?:bf)?\{)?\(?([A-E])\)(?:\s|\}|$)"
+)  # an answer led by its label: (C) Plane
 
 
 class _DropTimeoutDisabledWarning(logging.Filter):
@@ -59,6 +63,9 @@ def fast_verdict(gold: str, pred: str) -> bool | None:
     """Decide cheaply on normalised answers: True/False when sure, None when sympy has to look."""
     if gold == pred and gold:
         return True
+    choice, label = _CHOICE_GOLD.match(gold), _CHOICE_PRED.match(pred)
+    if choice and label:  # `\text{(C) Plane}` against the gold (C): the label is the answer
+        return choice.group(1) == label.group(1)
     if _ELLIPSIS.search(gold) or _ELLIPSIS.search(pred):
         return gold.replace(" ", "") == pred.replace(" ", "")  # math-verify parses `1, 2, \\ldots, n` as 2
     gold_base, pred_base = _base_numeral(gold), _base_numeral(pred)
