@@ -11,7 +11,8 @@ ROOTFS="$(mktemp -d /var/tmp/or1-rootfs.XXXXXX)"
 trap 'rm -rf "$ROOTFS"' EXIT
 
 # debootstrap uses its default Debian mirror unless OR1_DEBIAN_MIRROR names another.
-debootstrap --variant=minbase --include=python3 bookworm "$ROOTFS" ${OR1_DEBIAN_MIRROR:+"$OR1_DEBIAN_MIRROR"} >/dev/null
+debootstrap --variant=minbase --include=python3,python3-sortedcontainers bookworm "$ROOTFS" ${OR1_DEBIAN_MIRROR:+"$OR1_DEBIAN_MIRROR"} >/dev/null
+"$HERE/link-packages.sh" "$ROOTFS"
 "$HERE/harden-rootfs.sh" "$ROOTFS"
 install -D -m 0644 "$HERE/runner.py" "$ROOTFS/opt/or1/runner.py"  # same layout as the Dockerfile
 

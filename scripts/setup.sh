@@ -8,10 +8,13 @@ cd "$(dirname "$0")/.."
 if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
   missing=()
   command -v bwrap >/dev/null || missing+=(bubblewrap)
+  [ -d /usr/lib/python3/dist-packages/sortedcontainers ] || missing+=(python3-sortedcontainers)
   if [ ${#missing[@]} -gt 0 ]; then
     echo "setup: installing system packages: ${missing[*]}"
     apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
   fi
+  # the packages LeetCode's judge gives solutions, in the one folder the sandbox runner adds to its path
+  sandbox/link-packages.sh /
 elif ! command -v bwrap >/dev/null; then
   echo "setup: bubblewrap is not installed; the local code sandbox needs it (apt-get install bubblewrap)" >&2
 fi

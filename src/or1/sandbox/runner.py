@@ -26,6 +26,9 @@ import time
 
 HEADER = struct.Struct(">Q")
 MAX_FRAME = 1 << 30  # requests carry whole test inputs; a GiB is already far beyond any dataset
+# Packages LeetCode's judge gives solutions (sortedcontainers), linked here by scripts/setup.sh and sandbox/Dockerfile;
+# one folder of chosen packages, not the system's dist-packages (which may hold native modules tests must not load).
+SANDBOX_PACKAGES = "/usr/lib/or1-sandbox/python"
 CALL_PRELUDE = (
     "from typing import *\nfrom collections import *\nfrom functools import *\nfrom itertools import *\n"
     "from heapq import *\nfrom bisect import *\nimport math, string, re, sys, collections, heapq, bisect\n"
@@ -198,8 +201,20 @@ def _become(uid: int, workdir: str, fds: dict[int, int], limits: dict, timeout: 
     sys.setrecursionlimit(20000)
 
 
+def _module(*names: str) -> dict:
+    """The namespace of a fresh module registered in sys.modules under `names` (the first is its __name__):
+    @dataclass, pickle and typing look a class's module up there."""
+    import types
+
+    module = types.ModuleType(names[0])
+    module.__dict__["__builtins__"] = __builtins__
+    for name in names:
+        sys.modules[name] = module
+    return module.__dict__
+
+
 def _run_program(source: str, name: str, prelude: str = "") -> dict:
-    namespace = {"__name__": name, "__builtins__": __builtins__}
+    namespace = _module(name) if name != "__main__" else {"__name__": name, "__builtins__": __builtins__}
     exec(compile(prelude + source, "<solution>", "exec"), namespace)
     return namespace
 
@@ -227,7 +242,7 @@ def _candidate_call(req: dict) -> None:
 
 def _candidate_serve(req: dict) -> None:
     """Assert mode, untrusted side: run prefix + program, then answer calls from the checker on fds 3/4."""
-    ns = {"__name__": "__or1_prefix__", "__builtins__": __builtins__}
+    ns = _module("__or1_prefix__", "__or1_solution__")
     exec(compile(req["prefix"], "<prefix>", "exec"), ns)
     classes = prefix_classes(ns)
     ns["__name__"] = "__or1_solution__"
@@ -245,7 +260,7 @@ def _candidate_serve(req: dict) -> None:
 
 def _checker(req: dict) -> None:
     """Assert mode, trusted side: run prefix + test code and call check() with a proxy to the candidate."""
-    ns = {"__name__": "__or1_prefix__", "__builtins__": __builtins__}
+    ns = _module("__or1_prefix__", "__or1_test__")
     exec(compile(req["prefix"], "<prefix>", "exec"), ns)
     classes = prefix_classes(ns)
 
@@ -507,6 +522,8 @@ def _serve(uid: int, checker_uid: int) -> None:
         # tests must run under their own unprivileged uids: sweeping and privilege separation depend on it
         write_frame(1, {"ready": False, "error": "the runner needs root and two distinct test uids >= 1000"})
         return
+    if os.path.isdir(SANDBOX_PACKAGES) and SANDBOX_PACKAGES not in sys.path:
+        sys.path.append(SANDBOX_PACKAGES)  # the interpreter runs with -I -S: no site-packages otherwise
     write_frame(1, {"ready": True, "python": sys.version.split()[0]})
     while (req := read_frame(0)) is not None:
         try:
