@@ -209,10 +209,10 @@ def test_reader_returns_bad_lines_at_their_positions(tmp_path: Path):
     got = list(iter_records(path))
     assert [i for i, _ in got] == [0, 1, 2, 3]
     assert isinstance(got[1][1], BadRecord) and "not valid JSON" in got[1][1].reason
-    assert isinstance(got[2][1], BadRecord) and got[2][1].reason == "not a JSON object"
-    with pytest.raises(UserError, match="record 1: not valid JSON"):
+    assert isinstance(got[2][1], BadRecord) and got[2][1].reason == "line 4: not a JSON object"
+    with pytest.raises(UserError, match="record 1: line 2: not valid JSON"):
         read_records(path)
-    with pytest.raises(UserError, match="must end in .parquet, .jsonl or .json"):
+    with pytest.raises(UserError, match="must end in .parquet, .jsonl, .json"):
         read_records(tmp_path / "data.csv")
 
 

@@ -87,3 +87,10 @@ def test_aime_rows_are_never_multiple_choice_multi_part_or_proofs():
         for i, r in enumerate(rows)
     }
     assert reasons <= {None, filters.URL_OR_FIGURE}
+
+
+def test_a_list_answer_is_a_list_of_answers_not_python_text():
+    rows = json.loads(real("mangled/deepscaler_mangled.json").read_text())
+    listed = next(r for r in rows if isinstance(r.get("answer"), list))
+    row = adapt("deepscaler", listed, Context("ds", "train", 3))
+    assert json.loads(row["reward_model"]["ground_truth"]) == [str(a) for a in listed["answer"]]

@@ -1,4 +1,5 @@
-"""The one reader of record files in or1: parquet, jsonl or json, from any schema, with each record's position.
+"""The one reader of record files in or1: parquet, jsonl or json (also gzipped: .jsonl.gz, .json.gz, as
+LeetCodeDataset ships), from any schema, with each record's position.
 
 Training, evaluation and `or1 prepare-data` all read files through here. `iter_records` is forgiving: a line that
 is not JSON or not an object comes back as a `BadRecord` at its position, so a data pipeline can count and trace
@@ -7,6 +8,7 @@ it instead of crashing. `read_records` is strict: the first bad record is a one-
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
 from collections.abc import Iterator
@@ -16,7 +18,7 @@ from typing import Any
 
 from or1.errors import UserError
 
-SUFFIXES = (".parquet", ".jsonl", ".json")
+SUFFIXES = (".parquet", ".jsonl", ".json", ".jsonl.gz", ".json.gz")
 
 
 @dataclass(frozen=True)
@@ -27,11 +29,19 @@ class BadRecord:
     reason: str
 
 
+def file_kind(path: Path) -> str | None:
+    """The kind of a record file by its name (one of SUFFIXES, longest first), or None."""
+    name = path.name.lower()
+    return next((s for s in sorted(SUFFIXES, key=len, reverse=True) if name.endswith(s)), None)
+
+
 def check_file(path: str | Path, what: str = "Data file") -> Path:
     """`path` as a Path when it is an existing file of a readable kind; otherwise a UserError naming the fix."""
     path = Path(path)
-    if path.suffix not in SUFFIXES:
-        raise UserError(f"{what} {path} must end in .parquet, .jsonl or .json (got '{path.suffix}').")
+    if file_kind(path) is None:
+        raise UserError(
+            f"{what} {path} must end in .parquet, .jsonl, .json, .jsonl.gz or .json.gz (got '{path.suffix}')."
+        )
     if not path.is_file():
         raise UserError(f"{what} {path} does not exist; write it first (or1 prepare-data) or fix the path.")
     return path
@@ -46,25 +56,27 @@ def iter_records(
     parsed at all is a UserError.
     """
     path = check_file(path, what)
+    kind = file_kind(path)
     try:
-        if path.suffix == ".parquet":
+        if kind == ".parquet":
             import pyarrow.parquet as pq
 
             for index, record in enumerate(pq.read_table(path).to_pylist()):
                 yield index, record
             return
-        if path.suffix == ".jsonl":
-            with path.open(encoding="utf-8") as handle:
+        if kind in (".jsonl", ".jsonl.gz"):
+            with _open_text(path) as handle:
                 index = 0
-                for line in handle:
+                for number, line in enumerate(handle, start=1):
                     if line.strip():
-                        yield index, _parse_line(line, index)
+                        yield index, _parse_line(line, index, number)
                         index += 1
             return
-        records = _json_list(json.loads(path.read_text(encoding="utf-8")), path)
+        with _open_text(path) as handle:
+            records = _json_list(json.loads(handle.read()), path)
     except UserError:
         raise
-    except (ValueError, OSError) as err:
+    except (ValueError, OSError, EOFError) as err:  # gzip: BadGzipFile is an OSError, a cut file EOFError
         raise UserError(f"Cannot read {path}: {type(err).__name__}: {err}".splitlines()[0]) from None
     except Exception as err:  # pyarrow raises several types for a corrupt file
         raise UserError(f"Cannot read {path} as parquet ({type(err).__name__}).") from None
@@ -82,12 +94,18 @@ def read_records(path: str | Path, what: str = "Data file") -> list[dict[str, An
     return records
 
 
-def _parse_line(line: str, index: int) -> dict[str, Any] | BadRecord:
+def _open_text(path: Path) -> Any:
+    if path.name.lower().endswith(".gz"):
+        return gzip.open(path, "rt", encoding="utf-8")
+    return path.open(encoding="utf-8")
+
+
+def _parse_line(line: str, index: int, number: int) -> dict[str, Any] | BadRecord:
     try:
         record = json.loads(line)
     except ValueError as err:
-        return BadRecord(index, f"not valid JSON ({err.msg})")
-    return record if isinstance(record, dict) else BadRecord(index, "not a JSON object")
+        return BadRecord(index, f"line {number}: not valid JSON ({err.msg} at column {err.colno})")
+    return record if isinstance(record, dict) else BadRecord(index, f"line {number}: not a JSON object")
 
 
 def _json_list(loaded: Any, path: Path) -> list[Any]:

@@ -60,15 +60,18 @@ def _extra(ctx: Context, record: Mapping[str, Any], keys: tuple[str, ...], **mor
 
 def _math(record: Mapping[str, Any], ctx: Context, problem: str, keys: tuple[str, ...]) -> dict[str, Any]:
     answer = record.get("answer")
+    given = (
+        answer if isinstance(answer, list) else [answer]
+    )  # a list: the acceptable answers, as or1 rows hold
     try:
-        gold = "" if answer is None else math_answer(answer)
+        golds = [g for g in (math_answer(a) for a in given if a is not None) if g]
     except UserError as err:
         raise Malformed(str(err)) from None
     return make_row(
         data_source=ctx.data_source,
         prompt=[{"role": "user", "content": f"{problem} {MATH_SUFFIX}"}],
         ability="math",
-        ground_truth=[gold] if gold else [],  # an empty list is the no_answer filter's to drop
+        ground_truth=golds,  # an empty list is the no_answer filter's to drop
         extra_info=_extra(ctx, record, keys),
     )
 

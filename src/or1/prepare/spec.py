@@ -27,7 +27,9 @@ class SourceSpec(_Section):
     """One input: a local file (`path`), a hub dataset (`hub`, `config`, `split`) or a synthetic tiny split."""
 
     name: str = Field(description="Short name; the report and dropped.jsonl count and trace rows by it.")
-    path: str | None = Field(None, description="A local .parquet, .jsonl or .json file.")
+    path: str | None = Field(
+        None, description="A local .parquet, .jsonl or .json file (also gzipped: .jsonl.gz, .json.gz)."
+    )
     hub: str | None = Field(
         None, description="A hub dataset id, loaded with `datasets` (HF cache, offline mode)."
     )
