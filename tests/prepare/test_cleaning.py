@@ -90,7 +90,11 @@ def test_math_answer_consistency_uses_the_math_reward():
         math("Find 2+4.", ["7"], solution="2+4 = 6, so the answer is $\\boxed{6}$."),
         math("Find 2+5.", ["7"]),  # no reference solution: nothing to check
     ]
-    assert filters.check_math_answers(rows) == [None, filters.ANSWER_MISMATCH, None]
+    checked = filters.check_math_answers(rows)
+    assert [c and c[0] for c in checked] == [None, filters.ANSWER_MISMATCH, None]
+    assert (
+        "'6'" in checked[1][1] and "['7']" in checked[1][1]
+    )  # dropped.jsonl says what the reference answered
 
 
 def test_code_reference_solutions_run_in_the_sandbox():
@@ -105,7 +109,9 @@ def test_code_reference_solutions_run_in_the_sandbox():
         code(truth, reference_solution="a, b = map(int, input().split())\nprint(a * b)\n"),
         code(truth),
     ]
-    assert filters.check_code_solutions(rows) == [None, filters.SOLUTION_FAILS, None]
+    checked = filters.check_code_solutions(rows)
+    assert [c and c[0] for c in checked] == [None, filters.SOLUTION_FAILS, None]
+    assert "test 0" in checked[1][1]  # dropped.jsonl names the failing test and what it did
 
 
 def test_normalisation_folds_latex_case_and_spacing():

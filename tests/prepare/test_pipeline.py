@@ -125,6 +125,17 @@ def test_report_adds_up_and_every_drop_is_traceable(messy: Path, tmp_path: Path)
     assert all(len(i["sha256"]) == 64 for i in manifest["inputs"]) and manifest["versions"]["datasketch"]
     assert "| deepscaler | 10 | 2 |" in (out / "report.md").read_text()
     assert (out / "validation.parquet").exists() is False  # no validation source, no validation file
+    detail = {(d["reason"], d["index"]): d.get("detail", "") for d in dropped if d["source"] == "deepscaler"}
+    assert "Prove that 3 is prime" in detail["proof", 4] and "(A) 3 (B) 4" in detail["multiple_choice", 5]
+    assert "'15'" in detail["answer_mismatch", 6] and "line 3" in detail["malformed", 2]
+
+
+def test_the_console_counts_drops_per_source_and_reason(messy: Path, tmp_path: Path):
+    result = CliRunner().invoke(app, ["prepare-data", "--spec", str(messy), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 0, result.output
+    lines = " ".join(result.output.split())
+    assert "deepscaler: 10 in, 2 kept; dropped: malformed 2, no_answer 1, proof 1," in lines
+    assert "taco: 2 in, 1 kept; dropped: no_tests 1" in lines
 
 
 def test_finished_outputs_are_not_overwritten_unless_asked(messy: Path, tmp_path: Path):
@@ -241,3 +252,28 @@ def test_a_hub_source_reads_through_datasets(tmp_path: Path, monkeypatch: pytest
     assert prepared.report["sources"]["ds"] == {"in": 5, "kept": 5, "dropped": {}}
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["inputs"][0]["origin"] == f"hub:{folder}:train" and manifest["inputs"][0]["revision"]
+
+
+def test_benchmarks_found_nowhere_name_options_prepare_data_has(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A clone not beside ../shared: the hint names OR1_BENCHMARKS and the spec key, not eval's --data flag."""
+    import datasets.config
+
+    monkeypatch.delenv("OR1_BENCHMARKS", raising=False)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setattr(datasets.config, "HF_HUB_OFFLINE", True)
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
+    data = write_jsonl(tmp_path / "d.jsonl", [json.dumps({"problem": "What is 1 plus 1?", "answer": "2"})])
+    spec = write_spec(
+        tmp_path / "s.yaml",
+        {
+            "name": "s",
+            "sources": [{"name": "d", "path": str(data), "adapter": "deepscaler"}],
+            "decontaminate": {"benchmarks": ["aime24"]},
+        },
+    )
+    result = CliRunner().invoke(app, ["prepare-data", "--spec", str(spec), "--out", str(tmp_path / "out")])
+    assert result.exit_code == 2 and "Traceback" not in result.output
+    assert "OR1_BENCHMARKS" in result.output and "decontaminate.benchmark_dir" in result.output
+    assert "--data" not in result.output

@@ -119,10 +119,12 @@ def load_benchmark(
     data: Path | None = None,
     window: tuple[date, date] | None = LCB_WINDOW,
     folder: Path | None = None,
+    other_fix: str = "pass --data PATH",
 ) -> BenchmarkData:
     """Resolve `benchmark` (a registry name, or a path to an or1-row file) into or1 rows.
 
-    `folder` None: the OR1_BENCHMARKS folder, if set."""
+    `folder` None: the OR1_BENCHMARKS folder, if set. `other_fix` is the caller's own way to name a file, which the
+    error for a benchmark found nowhere offers besides OR1_BENCHMARKS."""
     spec = REGISTRY.get(benchmark)
     if spec is None:
         path = Path(benchmark)
@@ -136,7 +138,7 @@ def load_benchmark(
         data = folder / spec.file
     if data is not None:
         return _from_file(spec.name, spec.ability, Path(data), window if spec.dated else None)
-    return _from_hub(spec, window if spec.dated else None, folder)
+    return _from_hub(spec, window if spec.dated else None, folder, other_fix)
 
 
 def file_sha256(path: Path) -> str:
@@ -178,7 +180,9 @@ def _from_file(name: str, ability: str, path: Path, window: tuple[date, date] | 
     return BenchmarkData(name, ability, rows, str(path.resolve()), file_sha256(path), note)
 
 
-def _from_hub(spec: Benchmark, window: tuple[date, date] | None, folder: Path | None) -> BenchmarkData:
+def _from_hub(
+    spec: Benchmark, window: tuple[date, date] | None, folder: Path | None, other_fix: str
+) -> BenchmarkData:
     import datasets  # only here: loading the hub is the slow, online path
 
     records: list[dict[str, Any]] = []
@@ -191,8 +195,7 @@ def _from_hub(spec: Benchmark, window: tuple[date, date] | None, folder: Path | 
             )
             raise UserError(
                 f"Cannot load {spec.name}: no local file ({looked}) and the hub's {spec.hub_id} cannot be loaded "
-                f"({err.__class__.__name__}); set {BENCHMARKS_ENV} to a folder holding {spec.file}, or pass "
-                "--data PATH."
+                f"({err.__class__.__name__}); set {BENCHMARKS_ENV} to a folder holding {spec.file}, or {other_fix}."
             ) from None
     records, note = _windowed(records, window)
     rows = _convert(spec.name, spec.ability, records, spec.hub_id)

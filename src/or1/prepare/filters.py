@@ -78,42 +78,65 @@ def code_tests(row: dict[str, Any]) -> dict[str, Any]:
 
 def unverifiable_reason(row: dict[str, Any]) -> str | None:
     """The first verifiability rule (RULES order) that `row` breaks, or None when a rule-based reward can judge it."""
+    found = unverifiable(row)
+    return found[0] if found else None
+
+
+def unverifiable(row: dict[str, Any]) -> tuple[str, str] | None:
+    """(rule, the text that fired it) for the first rule `row` breaks, or None; the text goes to dropped.jsonl."""
     text, extra = problem_text(row), row.get("extra_info") or {}
     if row["ability"] == "math":
         answers = math_answers(row)
         if not answers or all(a.lower() in _NO_ANSWERS for a in answers):
-            return NO_ANSWER
+            return NO_ANSWER, f"answers {answers}"
         kind = str(extra.get("question_type") or "").lower()
-        if kind == "proof" or _PROOF.search(text):
-            return PROOF
+        if kind == "proof":
+            return PROOF, "question_type proof"
+        if match := _PROOF.search(text):
+            return PROOF, _quote(text, match)
         words = _ASY.sub(" ", text)  # Asymptote code (`dot(A); dot(B)`) is a figure, not choices or parts
-        if (
-            kind in ("mcq", "multiple-choice")
-            or _CHOICES.search(words)
-            or any(_LETTER.match(a) for a in answers)
-        ):
-            return MULTIPLE_CHOICE
-        if _multi_part(words) or any(";" in a for a in answers):
-            return MULTI_PART
+        if kind in ("mcq", "multiple-choice"):
+            return MULTIPLE_CHOICE, f"question_type {kind}"
+        if match := _CHOICES.search(words):
+            return MULTIPLE_CHOICE, _quote(words, match)
+        if letters := [a for a in answers if _LETTER.match(a)]:
+            return MULTIPLE_CHOICE, f"answer {letters[0]}"
+        if parts := _multi_part(words):
+            return MULTI_PART, parts
+        if several := [a for a in answers if ";" in a]:
+            return MULTI_PART, f"answer {several[0]}"
     else:
         tests = code_tests(row)
         if not tests.get("test_code") and not tests.get("inputs"):
-            return NO_TESTS
-    if extra.get("has_figure") or _URL_FIGURE.search(text):
-        return URL_OR_FIGURE
+            return NO_TESTS, "no test_code and no inputs"
+    if extra.get("has_figure"):
+        return URL_OR_FIGURE, "extra_info.has_figure (the source counts a figure)"
+    if match := _URL_FIGURE.search(text):
+        return URL_OR_FIGURE, _quote(text, match)
     return None
 
 
-def _multi_part(text: str) -> bool:
-    """Two or more labelled parts that each ask something, or a list of them after "Compute:" (several answers)."""
+def _quote(text: str, match: re.Match[str], width: int = 120) -> str:
+    """The matched text (cut to `width`) with a little context, on one line."""
+    start = max(0, match.start() - 30)
+    piece = text[start : min(match.end(), match.start() + width) + 30]
+    return " ".join(piece.split())
+
+
+def _multi_part(text: str) -> str | None:
+    """Two or more labelled parts that each ask something, or a list of them after "Compute:" (several answers):
+    the text of the first two parts, else None."""
     labels = list(_PART_LABEL.finditer(text))
     if len(labels) < 2:
-        return False
-    if _ASKS_EACH.search(text[: labels[0].start()]):
-        return True
+        return None
     ends = [m.start() for m in labels[1:]] + [len(text)]
-    asking = [m for m, end in zip(labels, ends, strict=True) if _ASKS.search(text[m.end() : end])]
-    return len(asking) >= 2
+    if _ASKS_EACH.search(text[: labels[0].start()]):
+        asking = labels
+    else:
+        asking = [m for m, end in zip(labels, ends, strict=True) if _ASKS.search(text[m.end() : end])]
+    if len(asking) < 2:
+        return None
+    return " ".join(text[asking[0].start() : ends[labels.index(asking[1])]][:200].split())
 
 
 def math_reference(row: dict[str, Any]) -> str | None:
@@ -126,29 +149,36 @@ def code_reference(row: dict[str, Any]) -> str | None:
     return solution if isinstance(solution, str) and solution.strip() else None
 
 
-def check_math_answers(rows: list[dict[str, Any]], workers: int = 1) -> list[str | None]:
-    """ANSWER_MISMATCH for each math row whose reference solution's final answer does not verify, else None."""
+Check = tuple[str, str] | None  # (drop reason, what failed) or None when the reference passes
+
+
+def check_math_answers(rows: list[dict[str, Any]], workers: int = 1) -> list[Check]:
+    """(ANSWER_MISMATCH, what the reference solution's answer was) for each math row whose reference solution's
+    final answer does not verify, else None."""
     from or1.rewards.score import score_batch
 
     todo = [i for i, row in enumerate(rows) if row["ability"] == "math" and math_reference(row)]
-    verdicts: list[str | None] = [None] * len(rows)
+    verdicts: list[Check] = [None] * len(rows)
     if not todo:
         return verdicts
     scored = score_batch([{**rows[i], "response": math_reference(rows[i])} for i in todo], workers=workers)
     for i, result in zip(todo, scored, strict=True):
         if result.reason != CORRECT:
-            verdicts[i] = ANSWER_MISMATCH
+            found = "no final answer" if result.extracted is None else f"answer {result.extracted!r}"
+            verdicts[i] = (
+                ANSWER_MISMATCH,
+                f"reference solution: {found} ({result.reason}); gold {math_answers(rows[i])}",
+            )
     return verdicts
 
 
-def check_code_solutions(
-    rows: list[dict[str, Any]], workers: int = 1, backend: str = "local"
-) -> list[str | None]:
-    """SOLUTION_FAILS for each code row whose reference solution fails its own tests in the sandbox, else None."""
+def check_code_solutions(rows: list[dict[str, Any]], workers: int = 1, backend: str = "local") -> list[Check]:
+    """(SOLUTION_FAILS, the failing test and what it did) for each code row whose reference solution fails its own
+    tests in the sandbox, else None."""
     from or1.rewards.code import score_code_batch
 
     todo = [i for i, row in enumerate(rows) if row["ability"] == "code" and code_reference(row)]
-    verdicts: list[str | None] = [None] * len(rows)
+    verdicts: list[Check] = [None] * len(rows)
     if not todo:
         return verdicts
     responses = [f"```python\n{code_reference(rows[i])}\n```" for i in todo]
@@ -157,5 +187,5 @@ def check_code_solutions(
         todo, score_code_batch(responses, truths, slots=workers, backend=backend), strict=True
     ):
         if result.reason != CORRECT:
-            verdicts[i] = SOLUTION_FAILS
+            verdicts[i] = (SOLUTION_FAILS, f"{result.reason}: {result.detail or 'no detail'}")
     return verdicts

@@ -117,6 +117,11 @@ def prepare(
     extra["outputs"] = {name: count for name, (_, count) in files.items()}
     report = write_report(out, spec.name, ledger, extra)
     _write_manifest(out, path, spec, raw, report)
+    for source, counts in report["sources"].items():  # malformed rows too: a user sees every loss here
+        drops = ", ".join(f"{reason} {n}" for reason, n in counts["dropped"].items()) or "none"
+        console.print(
+            f"  {source}: {counts['in']} in, {counts['kept']} kept; dropped: {drops}", highlight=False
+        )
     console.print(
         f"[green]prepared[/green] {spec.name}: "
         + ", ".join(f"{k} {v} rows" for k, v in extra["outputs"].items())
@@ -169,9 +174,9 @@ def _verifiable(spec: DataSpec, items: list[Item], tick: Tick) -> list[Verdict]:
     rules = set(spec.filters.rules)
     verdicts: list[Verdict] = []
     for item in items:
-        reason = filters.unverifiable_reason(item.row) if _graded(item) else None
+        found = filters.unverifiable(item.row) if _graded(item) else None
         tick(1)
-        verdicts.append((reason if reason in rules else None, None))
+        verdicts.append(found if found and found[0] in rules else (None, None))
     return verdicts
 
 
@@ -212,7 +217,13 @@ def evaluation_problems(spec: DataSpec) -> list[tuple[str, str]]:
     folder = Path(cfg.benchmark_dir) if cfg.benchmark_dir else None
     named = []
     for name in cfg.benchmarks:
-        data = load_benchmark(name, folder=folder, window=None)
+        data = load_benchmark(
+            name,
+            folder=folder,
+            window=None,
+            other_fix="set decontaminate.benchmark_dir in the spec (a clone beside ../shared: "
+            "OR1_BENCHMARKS=../shared/benchmarks)",
+        )
         named += [(f"{name}:{i}", filters.problem_text(r)) for i, r in enumerate(data.rows)]
     for file in cfg.files:
         for i, record in enumerate(read_records(file, what="decontaminate.files:")):
@@ -243,7 +254,7 @@ def _checks(spec: DataSpec, items: list[Item], tick: Tick, chunk: int = 256) -> 
     for start in range(0, len(todo), chunk):
         part = todo[start : start + chunk]
         rows = [items[i].row for i in part]
-        none: list[str | None] = [None] * len(rows)
+        none: list[filters.Check] = [None] * len(rows)
         math = filters.check_math_answers(rows, spec.checks.workers) if spec.checks.math_answer else none
         code = (
             filters.check_code_solutions(rows, spec.checks.workers, spec.checks.sandbox)
@@ -251,7 +262,7 @@ def _checks(spec: DataSpec, items: list[Item], tick: Tick, chunk: int = 256) -> 
             else none
         )
         for i, m, c in zip(part, math, code, strict=True):
-            verdicts[i] = (m or c, None)
+            verdicts[i] = m or c or (None, None)
         tick(len(rows))
     tick(len(items) - len(todo))
     return verdicts

@@ -9,6 +9,7 @@ Binary reward by default (every test passes; stops at the first failure), or the
 from __future__ import annotations
 
 import ast
+import json
 import re
 import time
 from collections.abc import Mapping, Sequence
@@ -70,6 +71,11 @@ def _request(case: Case, program: str, timeout: float, limits: Limits) -> TestRe
     )
 
 
+def _clip(text: str, width: int = 80) -> str:
+    """`text` for a one-line detail: repr'd, cut to `width` characters."""
+    return repr(text[:width] + ("..." if len(text) > width else ""))
+
+
 def judge(case: Case, reply: TestReply) -> tuple[str, str]:
     """(reason, detail) of one test from what the sandbox reported; reason CORRECT when it passed."""
     tail = reply.stderr.strip().splitlines()[-1][:200] if reply.stderr.strip() else ""
@@ -83,12 +89,16 @@ def judge(case: Case, reply: TestReply) -> tuple[str, str]:
         wrong = isinstance(case, AssertCase) and "AssertionError" in reply.stderr
         return (WRONG_OUTPUT if wrong else RUNTIME_ERROR), tail or f"exit code {reply.exit_code}"
     if isinstance(case, StdinCase):
-        return (CORRECT, "") if same_stdout(reply.stdout, case.stdout) else (WRONG_OUTPUT, "stdout differs")
+        if same_stdout(reply.stdout, case.stdout):
+            return CORRECT, ""
+        return WRONG_OUTPUT, f"stdout {_clip(reply.stdout)}, expected {_clip(case.stdout)}"
     if isinstance(case, CallCase):
         ok, value = parse_result(reply.result)
         if not ok:
             return RUNTIME_ERROR, "no JSON return value"
-        return (CORRECT, "") if same_value(value, case.expected) else (WRONG_OUTPUT, "return value differs")
+        if same_value(value, case.expected):
+            return CORRECT, ""
+        return WRONG_OUTPUT, f"returned {_clip(reply.result)}, expected {_clip(json.dumps(case.expected))}"
     return (CORRECT, "") if reply.result == "PASS" else (WRONG_OUTPUT, "check() did not return")
 
 
