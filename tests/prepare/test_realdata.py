@@ -94,3 +94,36 @@ def test_a_list_answer_is_a_list_of_answers_not_python_text():
     listed = next(r for r in rows if isinstance(r.get("answer"), list))
     row = adapt("deepscaler", listed, Context("ds", "train", 3))
     assert json.loads(row["reward_model"]["ground_truth"]) == [str(a) for a in listed["answer"]]
+
+
+# DeepScaleR AIME rows (1983-2023) that really are evaluation problems: AIME problems MATH-500 contains
+AIME_IN_MATH500 = {1, 177, 188, 302, 326, 454, 560, 725, 744, 786}
+
+
+def test_decontamination_weighs_distinctive_content_over_stock_phrasing():
+    """DeepScaleR AIME: the real overlaps are caught, at most 1% more (stock phrasing such as "m and n are
+    relatively prime positive integers. Find m+n" is no evidence), and every evaluation problem fed in is caught."""
+    from or1.data.benchmarks import load_benchmark
+    from or1.prepare.dedup import ContaminationIndex
+
+    folder = REALDATA.parent / "benchmarks"
+    if not folder.is_dir():
+        pytest.skip(f"{folder} not found (the shared benchmark files live beside the checkout)")
+    evals = []
+    for name in ("aime24", "aime25", "math500", "amc", "livecodebench"):
+        data = load_benchmark(name, folder=folder, window=None)
+        evals += [(f"{name}:{i}", filters.problem_text(r)) for i, r in enumerate(data.rows)]
+    aime = json.loads(real("deepscaler/train_aime.json").read_text())
+    texts = [
+        filters.problem_text(adapt("deepscaler", r, Context("ds", "train", i))) for i, r in enumerate(aime)
+    ]
+    fed = [
+        filters.problem_text(adapt("deepscaler", r, Context("ds", "train", i)))
+        for file in ("test_aime.json", "test_amc.json", "test_math.json")
+        for i, r in enumerate(json.loads(real(f"deepscaler/{file}").read_text()))
+    ]
+    index = ContaminationIndex(evals, n=13, background=texts + fed)
+    flagged = {i for i, text in enumerate(texts) if index.match(text)}
+    assert flagged >= AIME_IN_MATH500
+    assert len(flagged - AIME_IN_MATH500) <= len(texts) // 100, sorted(flagged - AIME_IN_MATH500)
+    assert [i for i, text in enumerate(fed) if index.match(text) is None] == []

@@ -2,12 +2,13 @@
 
 Exact duplicates compare `exact_key(text)` (case, whitespace, `$` and LaTeX spacing folded: "Find $x$." equals
 "find x."); near-duplicates and contamination compare the words of `normalize(text)`, which also drops punctuation. Near-duplicates use `datasketch`'s MinHash LSH
-over word shingles (Jaccard similarity above the threshold); decontamination flags a problem that shares any word
-n-gram with an evaluation problem, ignoring n-grams that occur in many evaluation problems (shared instructions).
+over word shingles (Jaccard similarity above the threshold); decontamination flags a problem whose shared word
+n-grams with an evaluation problem cover enough of that problem's distinctive words (`ContaminationIndex`).
 """
 
 from __future__ import annotations
 
+import math
 import re
 import unicodedata
 from collections import Counter
@@ -72,31 +73,94 @@ class NearDuplicates:
 
 
 class ContaminationIndex:
-    """The word n-grams and normalised texts of evaluation problems; `match` names the one a problem overlaps."""
+    """The word n-grams and normalised texts of evaluation problems; `match` names the one a problem overlaps.
 
-    def __init__(self, named_texts: Iterable[tuple[str, str]], n: int = 13, common: int = 3):
-        self.n = n
+    Shared n-grams alone flag stock competition phrasing ("m and n are relatively prime positive integers. Find
+    m+n"), so an overlap counts only when the words it covers carry enough of what is distinctive in the evaluation
+    problem: its numbers, expressions and words rare across the evaluation set and the `background` texts (the
+    training problems), each weighed by its rarity (IDF).
+    An overlap is contamination when that weight is at least `min_share` of the evaluation problem's own
+    distinctive weight and at least `min_weight` (or, for a problem with little of its own, half of it).
+    """
+
+    def __init__(
+        self,
+        named_texts: Iterable[tuple[str, str]],
+        n: int = 13,
+        common: int = 3,
+        min_weight: float = 8.0,
+        min_share: float = 0.2,
+        background: Iterable[str] = (),
+    ):
+        self.n, self.min_weight, self.min_share = n, min_weight, min_share
         self.exact: dict[str, str] = {}
-        owners: dict[tuple[str, ...], str] = {}
+        texts: dict[str, list[str]] = {}
+        owners: dict[tuple[str, ...], list[str]] = {}
         counts: Counter[tuple[str, ...]] = Counter()
         for name, text in named_texts:
             self.exact.setdefault(normalize(text), name)
-            grams = ngrams(words(text), n)
+            tokens = texts.setdefault(name, words(text))
+            grams = ngrams(tokens, n)
             counts.update(grams)
             for gram in grams:
-                owners.setdefault(gram, name)
+                owners.setdefault(gram, []).append(name)
         # an n-gram found in `common` or more evaluation problems is shared phrasing, not one problem's text
-        self.grams = {g: owner for g, owner in owners.items() if counts[g] < common}
+        self.grams = {g: names for g, names in owners.items() if counts[g] < common}
+        # rarity is counted over the evaluation problems and `background` (the training problems being checked):
+        # phrasing common in competition text is common there too
+        frequency: Counter[str] = Counter(t for tokens in texts.values() for t in _terms(tokens))
+        total = len(texts)
+        for other in background:
+            frequency.update(_terms(words(other)))
+            total += 1
+        total = max(total, 1)
+        terms = {t for tokens in texts.values() for t in _terms(tokens)}
+        self.weight = {t: _distinctive(t, frequency[t], total) for t in terms}
+        self.own = {name: self._weigh(tokens) for name, tokens in texts.items()}
 
     def __len__(self) -> int:
         return len(self.exact)
 
     def match(self, text: str) -> str | None:
-        """The name of an evaluation problem that `text` equals or shares an n-gram with, else None."""
+        """The name of an evaluation problem that `text` equals or overlaps distinctively (see the class), else
+        None."""
+        found = self.overlap(text)
+        return found[0] if found else None
+
+    def overlap(self, text: str) -> tuple[str, str] | None:
+        """(evaluation problem, the shared words) of the strongest distinctive overlap of `text`, else None."""
         exact = self.exact.get(normalize(text))
         if exact is not None:
-            return exact
-        for gram in ngrams(words(text), self.n):
-            if gram in self.grams:
-                return self.grams[gram]
-        return None
+            return exact, "the same text"
+        tokens = words(text)
+        shared: dict[str, set[str]] = {}
+        for gram in ngrams(tokens, self.n):
+            for name in self.grams.get(gram, ()):
+                shared.setdefault(name, set()).update(gram)
+        best: tuple[float, str, set[str]] | None = None
+        for name, covered in shared.items():
+            weight, own = self._weigh(covered), self.own[name]
+            enough = weight >= self.min_share * own and weight >= min(self.min_weight, own / 2)
+            if enough and weight > 0 and (best is None or weight > best[0]):
+                best = (weight, name, covered)
+        if best is None:
+            return None
+        telling = [t for t in dict.fromkeys(tokens) if t in best[2] and self.weight.get(t.rstrip("."), 0) > 0]
+        return best[1], " ".join(telling)
+
+    def _weigh(self, tokens: Iterable[str]) -> float:
+        return sum(self.weight.get(t, 0.0) for t in _terms(tokens))
+
+
+def _terms(tokens: Iterable[str]) -> set[str]:
+    """The distinct words of `tokens`, a sentence's full stop dropped ("m+n." is "m+n")."""
+    return {t.rstrip(".") for t in tokens} - {""}
+
+
+def _distinctive(token: str, frequency: int, total: int) -> float:
+    """How much a shared word says two problems are the same: its rarity across the evaluation problems (IDF),
+    doubled for numbers and expressions; words in a tenth or more of (at least three) problems say nothing."""
+    if frequency >= 3 and frequency * 10 >= total:
+        return 0.0
+    rarity = math.log(total / frequency)
+    return rarity * (2.0 if any(c.isdigit() or c in "+-*/=<>^" for c in token) else 1.0)

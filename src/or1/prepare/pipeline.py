@@ -238,12 +238,15 @@ def evaluation_problems(spec: DataSpec) -> list[tuple[str, str]]:
 
 def _decontaminate(spec: DataSpec, items: list[Item], tick: Tick) -> list[Verdict]:
     """Train rows that overlap an evaluation problem are dropped; validation rows are evaluation data themselves."""
-    index = dedup.ContaminationIndex(evaluation_problems(spec), n=spec.decontaminate.ngram)
+    texts = [filters.problem_text(item.row) for item in items]
+    train = [text for item, text in zip(items, texts, strict=True) if _graded(item)]
+    # the training problems tell stock competition phrasing from what is distinctive in an evaluation problem
+    index = dedup.ContaminationIndex(evaluation_problems(spec), n=spec.decontaminate.ngram, background=train)
     verdicts: list[Verdict] = []
-    for item in items:
-        match = index.match(filters.problem_text(item.row)) if item.source.role == "train" else None
+    for item, text in zip(items, texts, strict=True):
+        found = index.overlap(text) if _graded(item) else None
         tick(1)
-        verdicts.append((CONTAMINATED, f"overlaps {match}") if match else (None, None))
+        verdicts.append((CONTAMINATED, f"overlaps {found[0]}: {found[1]}") if found else (None, None))
     return verdicts
 
 
