@@ -181,3 +181,31 @@ def test_vllm_engine_grades_where_installed(tmp_path: Path, tiny_model_dir: Path
     spec = write_spec(tmp_path, tiny_model_dir, 8, engine="vllm")
     report = prepare(spec, tmp_path / "out").report
     assert sum(report["difficulty"]["histogram"].values()) == 8
+
+
+def test_a_cached_count_is_reused_only_under_the_same_sampling_settings(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    """A cache written with n=16 is no answer for a run with n=4 (nor another temperature or budget)."""
+    from or1.prepare import difficulty
+
+    sampled: list[int] = []
+
+    def fake_chunks(chunks, keys, sampling, run):
+        for chunk, chunk_keys in zip(chunks, keys, strict=True):
+            sampled.append(sampling.n)
+            yield chunk_keys, {"solved": [sampling.n // 2] * len(chunk), "node": "here"}
+
+    monkeypatch.setattr(difficulty, "_local_chunks", fake_chunks)
+    rows = math_train_rows(0, 3)
+    run = difficulty.GradeRun(model_name="m", executor="local")
+    cache = tmp_path / CACHE_FILE
+    sixteen = difficulty.Sampling(n=16, max_response_length=64)
+    assert difficulty.grade_rows(rows, sixteen, run, cache)[0] == [8, 8, 8] and sampled == [16]
+    assert difficulty.grade_rows(rows, sixteen, run, cache)[1]["cached"] == 3 and sampled == [16]
+    four = difficulty.Sampling(n=4, max_response_length=64)
+    assert difficulty.grade_rows(rows, four, run, cache)[0] == [2, 2, 2] and sampled == [16, 4]
+    hotter = difficulty.Sampling(n=16, temperature=0.6, max_response_length=64)
+    assert difficulty.grade_rows(rows, hotter, run, cache)[1]["sampled"] == 3
+    longer = difficulty.Sampling(n=16, max_response_length=128)
+    assert difficulty.grade_rows(rows, longer, run, cache)[1]["sampled"] == 3

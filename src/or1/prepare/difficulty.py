@@ -91,8 +91,20 @@ def _node_id() -> str:
     return "local"
 
 
-def read_cache(path: Path, model: str) -> dict[str, int]:
-    """Solved counts already in the cache for `model`, by prompt key (a torn last line from a kill is skipped)."""
+def cache_settings(sampling: Sampling) -> dict[str, Any]:
+    """What a cached count depends on besides the model and the prompt: a count of 16 samples is no count of 4."""
+    return {
+        "n": sampling.n,
+        "temperature": sampling.temperature,
+        "top_p": sampling.top_p,
+        "max_response_length": sampling.max_response_length,
+    }
+
+
+def read_cache(path: Path, model: str, sampling: Sampling | None = None) -> dict[str, int]:
+    """Solved counts already in the cache for `model` (and, when given, these sampling settings), by prompt key
+    (a torn last line from a kill is skipped; entries without settings predate them and are not reused)."""
+    wanted = cache_settings(sampling) if sampling is not None else None
     counts: dict[str, int] = {}
     if not path.is_file():
         return counts
@@ -101,17 +113,25 @@ def read_cache(path: Path, model: str) -> dict[str, int]:
             entry = json.loads(line)
         except ValueError:
             continue
-        if isinstance(entry, dict) and entry.get("model") == model:
+        if not isinstance(entry, dict) or entry.get("model") != model:
+            continue
+        if wanted is None or entry.get("sampling") == wanted:
             counts[entry["key"]] = int(entry["solved"])
     return counts
 
 
-def _append(path: Path, model: str, keys: list[str], result: dict[str, Any]) -> None:
+def _append(path: Path, model: str, sampling: Sampling, keys: list[str], result: dict[str, Any]) -> None:
+    settings = cache_settings(sampling)
     with path.open("a", encoding="utf-8") as handle:
         for key, solved in zip(keys, result["solved"], strict=True):
-            handle.write(
-                json.dumps({"key": key, "model": model, "solved": solved, "node": result["node"]}) + "\n"
-            )
+            entry = {
+                "key": key,
+                "model": model,
+                "sampling": settings,
+                "solved": solved,
+                "node": result["node"],
+            }
+            handle.write(json.dumps(entry) + "\n")
         handle.flush()
 
 
@@ -143,7 +163,7 @@ def grade_rows(
     count came from ({"stored", "cached", "sampled"} -> rows)."""
     counts: dict[str, int] = {}
     sources = {"stored": 0, "cached": 0, "sampled": 0}
-    cached = read_cache(cache, run.model_name)
+    cached = read_cache(cache, run.model_name, sampling)
     todo: dict[str, dict[str, Any]] = {}
     for row in rows:
         key = prompt_key(row)
@@ -160,7 +180,7 @@ def grade_rows(
         chunks = [keys[i : i + run.chunk_size] for i in range(0, len(keys), run.chunk_size)]
         runner = _ray_chunks if run.executor == "ray" else _local_chunks
         for chunk, result in runner([[todo[k] for k in c] for c in chunks], chunks, sampling, run):
-            _append(cache, run.model_name, chunk, result)
+            _append(cache, run.model_name, sampling, chunk, result)
             counts.update(zip(chunk, result["solved"], strict=True))
             advance(len(chunk))
         sources["sampled"] = sum(1 for row in rows if prompt_key(row) in todo)
