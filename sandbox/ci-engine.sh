@@ -34,7 +34,9 @@ events_logger = "file"
 exit_command_delay = 5
 CONF
 
-if ! podman image exists "$IMAGE"; then
+# built, and by the current scripts (an image of older ones may lack a package the judge now provides)
+built=$(podman image inspect --format '{{index .Labels "or1.recipe"}}' "$IMAGE" 2>/dev/null || true)
+if [ "$built" != "$("$HERE/build-image.sh" --recipe)" ]; then
   "$HERE/build-image.sh" "$IMAGE"
 fi
 
