@@ -1,6 +1,6 @@
 """Math reward throughput: or1's score_batch (pool, hard timeouts) vs math-verify called plainly in one process.
 
-The mix: AIME24/25 and MATH-500 golds from ../shared/benchmarks, each with responses that are right and wrong in
+The mix: AIME24/25 and MATH-500 golds from the OR1_BENCHMARKS folder, each with responses that are right and wrong in
 several spellings, behind a reasoning prefix. Prints verifications/second of both, their ratio, and how many of
 the mix each judged as labelled. Run from the repository root:
 
@@ -11,13 +11,17 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import random
 import re
 import sys
 import time
 from pathlib import Path
 
-BENCHMARKS = Path(__file__).resolve().parents[1] / ".." / "shared" / "benchmarks"
+# The benchmark folder or1 reads (OR1_BENCHMARKS, as in or1.data.benchmarks); else the shared files beside a checkout.
+BENCHMARKS = Path(
+    os.environ.get("OR1_BENCHMARKS") or Path(__file__).resolve().parents[2] / "shared" / "benchmarks"
+)
 THINKING = (
     "<think>\nLet me set up the problem. "
     + "We expand, collect terms and check the cases. " * 40

@@ -221,8 +221,7 @@ def evaluation_problems(spec: DataSpec) -> list[tuple[str, str]]:
             name,
             folder=folder,
             window=None,
-            other_fix="set decontaminate.benchmark_dir in the spec (a clone beside ../shared: "
-            "OR1_BENCHMARKS=../shared/benchmarks)",
+            other_fix="set decontaminate.benchmark_dir in the spec",
         )
         named += [(f"{name}:{i}", filters.problem_text(r)) for i, r in enumerate(data.rows)]
     for file in cfg.files:
