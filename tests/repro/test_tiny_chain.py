@@ -130,17 +130,15 @@ def test_tiny_chain_learns_and_hands_off(tmp_path: Path) -> None:
     check_chain(run)
 
 
-def run_logs(run: Path) -> tuple[dict[int, list[dict]], dict[int, dict]]:
-    """Each stage's metrics records and summary."""
+def load_run(run: Path) -> tuple[dict[int, list[dict]], dict[int, dict], dict[int, set[str]]]:
+    """Each stage's metrics records and summary, and the prompts stages 1 and 2 solved at every attempt."""
     logs = {stage: records(run, stage) for stage in (1, 2, 3)}
     summaries = {s: json.loads((run / f"stage{s}" / "summary.json").read_text()) for s in (1, 2, 3)}
-    return logs, summaries
+    return logs, summaries, {stage: always_solved(run, stage) for stage in (1, 2)}
 
 
-def chain_readings(run: Path) -> dict:
+def readings(logs: dict[int, list[dict]], summaries: dict[int, dict], solved: dict[int, set[str]]) -> dict:
     """What check_chain asserts on: the validations at each stage's end and the online filter's counts."""
-    logs, summaries = run_logs(run)
-    solved = {stage: always_solved(run, stage) for stage in (1, 2)}
     return {
         "base": logs[1][0][VAL],
         **{f"stage{stage}": logs[stage][-1][VAL] for stage in (1, 2, 3)},
@@ -149,13 +147,18 @@ def chain_readings(run: Path) -> dict:
     }
 
 
+def chain_readings(run: Path) -> dict:
+    """The readings of a finished run directory, whether or not its checks pass."""
+    return readings(*load_run(run))
+
+
 def check_chain(run: Path) -> dict:
     """Every check of the module docstring on a finished run directory; its readings."""
-    readings = chain_readings(run)
-    logs, summaries = run_logs(run)
+    logs, summaries, solved = load_run(run)
+    read = readings(logs, summaries, solved)
 
     # Learning: base -> end of stage 1 -> end of stage 3, all validated at 96 tokens with the same seeds.
-    base, stage1, stage3 = readings["base"], readings["stage1"], readings["stage3"]
+    base, stage1, stage3 = read["base"], read["stage1"], read["stage3"]
     print(f"validation avg@{VALIDATION_N}: base {base:.1%} -> stage 1 {stage1:.1%} -> stage 3 {stage3:.1%}")
     assert stage1 - base >= STAGE1_MARGIN, f"stage 1 learned too little: {base:.1%} -> {stage1:.1%}"
     assert stage3 - stage1 > CHAIN_MARGIN, f"stages 2-3 learned too little: {stage1:.1%} -> {stage3:.1%}"
@@ -169,7 +172,6 @@ def check_chain(run: Path) -> dict:
     # Online filter: it drops exactly the prompts every earlier stage always solved, and trains on the rest. The
     # 2-operand prompts make sure there are some (TRAIN_OPS).
     total = summaries[1]["train_prompts"]
-    solved = {stage: always_solved(run, stage) for stage in (1, 2)}
     assert solved[1], "stage 1 solved no prompt at every attempt: the online filter check has nothing to see"
     assert summaries[2]["online_filter_dropped"] == {"stage1": len(solved[1])}
     assert summaries[3]["online_filter_dropped"] == {
@@ -193,4 +195,4 @@ def check_chain(run: Path) -> dict:
     for name in (*FIGURES, "online_filter", "overview"):
         assert (run / "plots" / f"{name}.png").is_file(), f"figure {name} missing"
     assert "## Figures" in (run / "report.md").read_text()
-    return readings
+    return read

@@ -4,25 +4,14 @@ reference solutions and LeetCode's judge rely on (@dataclass in every test form;
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from or1.rewards.code import score_code_batch
-from or1.sandbox.pool import close_pools, unavailable
 from or1.sandbox.runner import SANDBOX_PACKAGES
 
 PROBES = Path(__file__).resolve().parents[3] / "shared" / "realdata" / "mangled" / "sandbox_probes.jsonl"
-
-
-@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def backend(request: pytest.FixtureRequest) -> Iterator[str]:
-    reason = unavailable(request.param)
-    if reason:
-        pytest.skip(reason)
-    yield request.param
-    close_pools()
 
 
 @pytest.fixture(scope="module")

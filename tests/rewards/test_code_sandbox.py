@@ -5,14 +5,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from or1.rewards.code import score_code_batch
 from or1.rewards.result import CORRECT, TIMEOUT, WRONG_OUTPUT
-from or1.sandbox.pool import close_pools, unavailable
+from or1.sandbox.pool import unavailable
 from or1.sandbox.probes import ASSERT_GT, REVERSE_OK
 
 LCB = (
@@ -51,15 +50,6 @@ def lcb_ground_truth(problem: dict) -> dict:
 
 def respond(program: str) -> str:
     return f"<think>Let me think.</think>\nHere it is:\n```python\n{program}```\n"
-
-
-@pytest.fixture(scope="module", params=["local", pytest.param("docker", marks=pytest.mark.docker)])
-def backend(request: pytest.FixtureRequest) -> Iterator[str]:
-    reason = unavailable(request.param)
-    if reason:
-        pytest.skip(reason)
-    yield request.param
-    close_pools()
 
 
 @pytest.fixture(scope="module")
