@@ -224,6 +224,8 @@ def train(
         ray_address,
         overwrite=overwrite,
         allow_config_change=allow_config_change,
+        gpu_memory=gpu_memory,
+        plan_check=plan_check,
     )
 
 

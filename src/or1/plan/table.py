@@ -70,13 +70,9 @@ def format_stage(plan: StagePlan, advice: Advice | None) -> str:
 def one_line(plan: StagePlan, advice: Advice | None) -> str:
     """Why a stage cannot start, with the numbers and the fix, in one sentence (or1 train's refusal)."""
     peak = plan.peak
-    reason = (
-        plan.problems[0]
-        if plan.problems
-        else (
-            f"its {peak.name} phase needs {gib(peak.peak)} GiB per GPU and the GPUs have {gib(plan.device.memory)} GiB"
-        )
-    )
+    reason = f"its {peak.name} phase needs {gib(peak.peak)} GiB per GPU of {gib(plan.device.memory)} GiB"
+    if plan.problems:
+        reason += f", and {plan.problems[0]}"
     fix = f"pass --set {' --set '.join(advice.sets)}" if advice else "no setting tried makes it fit"
     return (
         f"stage {plan.stage} will not fit in GPU memory: {reason} ({plan.settings}); {fix}, see `or1 plan`, "

@@ -1,0 +1,139 @@
+"""`or1 plan` and `or1 train`'s memory check: the shipped recipes' verdicts on 8 x 80 GB, a fix that fits, and a
+stage that cannot fit refused before any worker starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from or1.cli import app
+from or1.config.loading import resolve
+from or1.plan.advice import smallest_fix, with_overrides
+from or1.plan.memory import GIB
+from or1.plan.model import read_model_shape
+from or1.plan.stage import Device, plan_stage
+
+CONFIGS = (
+    Path(__file__).parent / "configs"
+)  # the public Qwen2 7B / 32B architectures (DeepSeek-R1-Distill-Qwen's)
+H100 = Device.parse("8xH100-80GB")
+runner = CliRunner()
+
+
+def test_device_spellings():
+    assert Device.parse("8xH100-80GB") == Device(8, 80 * GIB, "H100")
+    assert Device.parse("4x141").count == 4 and Device.parse("H200-141GB").count == 8
+
+
+@pytest.mark.parametrize(("recipe", "config"), [("or1-7b", "qwen2-7b"), ("or1-32b", "qwen2-32b")])
+def test_shipped_stage_does_not_fit_as_is_and_the_fix_does(recipe, config):
+    """8 padded full-length sequences per micro-batch without checkpointing cannot fit; the advice packs them under a
+    token budget with checkpointing (and, for 32B, keeps the FSDP2 state on the host)."""
+    shape = read_model_shape(CONFIGS / f"{config}.json")
+    cfg = resolve(recipe, 2)
+    plan = plan_stage(cfg, shape, H100)
+    assert not plan.fits and plan.peak.name == "update"
+    advice = smallest_fix(cfg, shape, H100)
+    assert advice is not None and advice.plan.fits
+    assert advice.overrides["model.gradient_checkpointing"] is True
+    budget = advice.overrides["actor.max_tokens_per_micro_batch"]
+    assert (
+        budget >= cfg.data.max_prompt_length + cfg.rollout.max_response_length
+    )  # a whole sequence still fits
+    assert plan_stage(with_overrides(cfg, advice.overrides), shape, H100).fits
+    # one step more budget would not fit: the advice is the largest budget
+    larger = advice.overrides | {"actor.max_tokens_per_micro_batch": budget + 1024}
+    assert not plan_stage(with_overrides(cfg, larger), shape, H100).fits
+
+
+def test_colocated_phases_take_turns_not_add_up():
+    """The stage's peak is its largest phase; the rollout's vLLM share is not added to the update's."""
+    shape = read_model_shape(CONFIGS / "qwen2-7b.json")
+    plan = plan_stage(resolve("or1-7b", 1, ["model.gradient_checkpointing=true"]), shape, H100)
+    rollout = next(p for p in plan.phases if p.name == "rollout")
+    assert rollout.parts["actor"] == 0  # actor.offload: the actor is on the host while vLLM samples
+    assert plan.peak.peak == max(p.peak for p in plan.phases)
+
+
+def test_kv_cache_that_cannot_hold_one_sequence_is_a_problem():
+    shape = read_model_shape(CONFIGS / "qwen2-32b.json")
+    plan = plan_stage(resolve("or1-32b", 2, ["rollout.gpu_memory_utilization=0.25"]), shape, H100)
+    assert not plan.fits and any("cannot hold one" in p for p in plan.problems)
+
+
+def test_plan_command_prints_each_stage(tmp_path):
+    result = runner.invoke(
+        app,
+        [
+            "plan",
+            "--recipe",
+            "or1-7b",
+            "--gpus",
+            "8xH100-80GB",
+            "--model-config",
+            str(CONFIGS / "qwen2-7b.json"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.count("DOES NOT FIT") == 2 and "stage 2 on 8xH100-80GB" in result.output
+    assert "smallest change that fits: --set model.gradient_checkpointing=true" in result.output
+
+
+def test_plan_command_needs_a_config(tmp_path):
+    recipe = write_recipe(tmp_path, tmp_path / "absent")
+    result = runner.invoke(app, ["plan", "--recipe", str(recipe), "--gpus", "8x80"])
+    assert result.exit_code == 2 and "--model-config" in result.output
+
+
+def write_recipe(tmp_path: Path, model: Path) -> Path:
+    """A one-stage recipe of a 7B-shaped model (its config.json only) on 8 GPUs per node."""
+    recipe = tmp_path / "big.yaml"
+    recipe.write_text(
+        json.dumps(
+            {
+                "name": "big",
+                "model": {"path": str(model)},
+                "data": {"train_files": [str(tmp_path / "train.parquet")]},
+                "trainer": {"devices_per_node": 8, "device": "cpu", "steps": 1},
+                "rollout": {"engine": "vllm", "max_response_length": 4096},
+                "stages": [{"name": "1"}],
+            }
+        )
+    )
+    return recipe
+
+
+def test_train_refuses_a_stage_that_cannot_fit_before_any_worker(tmp_path, monkeypatch):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text((CONFIGS / "qwen2-7b.json").read_text())
+    recipe = write_recipe(tmp_path, model)
+
+    def no_ray(*_, **__):
+        raise AssertionError("Ray started: the check must refuse before any worker")
+
+    monkeypatch.setattr("or1.hybrid.cluster.ray_session", no_ray)
+    result = runner.invoke(
+        app, ["train", "--recipe", str(recipe), "--gpu-memory", "24", "--run-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 2, result.output
+    line = " ".join(result.output.split())
+    assert "stage 1 will not fit in GPU memory" in line and "24.0 GiB" in line and "--set" in line
+    # told to go on anyway, it passes the check and stops at the next pre-flight error (no data file here)
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--recipe",
+            str(recipe),
+            "--gpu-memory",
+            "24",
+            "--no-plan-check",
+            "--run-dir",
+            str(tmp_path),
+        ],
+    )
+    assert result.exit_code == 2 and "will not fit" not in result.output and "train.parquet" in result.output
