@@ -57,6 +57,8 @@ def test_dry_run_goes_through_both_engines_on_the_cpu():
 def test_plan_prediction_is_beside_the_measured_peak():
     """The update's planned peak, from or1.plan's own terms, for the dry shape's float32 CPU settings."""
     gpu_check = load_script()
-    planned = gpu_check.planned_update_gib(gpu_check.SHAPES["dry"], gpu_check.DRY_WORK["update"], on_gpu=False)
+    planned = gpu_check.planned_update_gib(
+        gpu_check.SHAPES["dry"], gpu_check.DRY_WORK["update"], on_gpu=False
+    )
     # float32 parameters, gradients and two Adam moments alone are 16 bytes a parameter
     assert planned > 16 * PARAMETERS / 2**30
