@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from or1.plan.model import ModelShape, _numel
+from or1.plan.model import ModelShape, numel
 
 GIB = 2**30
 FLOAT32 = 4
@@ -31,7 +31,7 @@ VOCAB_PADDING = (
 # ---- FSDP2 ---------------------------------------------------------------------------------------------------------
 def shard_bytes(shape: ModelShape, world: int, dtype_bytes: int = FLOAT32) -> int:
     """One rank's share of every parameter (FSDP2 splits dim 0 into `world` chunks; rank 0's is the largest)."""
-    return sum(math.ceil(s[0] / world) * (_numel(s) // s[0]) * dtype_bytes for s in shape.parameter_shapes())
+    return sum(math.ceil(s[0] / world) * (numel(s) // s[0]) * dtype_bytes for s in shape.parameter_shapes())
 
 
 @dataclass(frozen=True)

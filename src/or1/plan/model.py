@@ -90,18 +90,18 @@ class ModelShape:
 
     @property
     def parameters(self) -> int:
-        return sum(_numel(s) for s in self.parameter_shapes())
+        return sum(numel(s) for s in self.parameter_shapes())
 
     @property
     def layer_parameters(self) -> int:
-        return sum(_numel(s) for s in self.layer_shapes())
+        return sum(numel(s) for s in self.layer_shapes())
 
     @property
     def root_parameters(self) -> int:
-        return sum(_numel(s) for s in self.root_shapes())
+        return sum(numel(s) for s in self.root_shapes())
 
 
-def _numel(shape: tuple[int, ...]) -> int:
+def numel(shape: tuple[int, ...]) -> int:
     n = 1
     for d in shape:
         n *= d
