@@ -57,5 +57,5 @@ def tiny_data_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     from or1.data.synthetic import write_tiny_dataset
 
     out = tmp_path_factory.mktemp("tiny_data")
-    write_tiny_dataset(out, seed=TEST_SEED, math_train_size=400, code_train_size=50, code_validation_size=25)
+    write_tiny_dataset(out, seed=TEST_SEED, math_train_size=400, code_train_size=50)
     return out

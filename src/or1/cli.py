@@ -120,7 +120,7 @@ def init_model(
     seed: Annotated[int, typer.Option(help="Seed of the tokenizer corpus, weights and SFT data.")] = 0,
     sft_steps: Annotated[
         int, typer.Option(help="Warm-start SFT steps (more steps: a stronger base model).")
-    ] = 400,
+    ] = 600,
     overwrite: Annotated[bool, typer.Option(help="Replace an existing model folder.")] = False,
 ) -> None:
     """Build the tiny base model (tokenizer, Qwen2 model, SFT warm start) and print its base solve rate."""
@@ -377,6 +377,8 @@ def report_command(
     )
     if report.missing:
         console.print(f"nothing logged yet for: {', '.join(report.missing)}")
+    for line in report.gains:
+        console.print(line)
 
 
 @app.command()

@@ -9,7 +9,15 @@ import pytest
 
 from or1.data.schema import read_rows
 from or1.data.synthetic import math_train_rows, math_validation_rows, write_tiny_dataset
-from or1.data.synthetic_code import FAMILIES, code_tasks
+from or1.data.synthetic_code import (
+    CODE_VALIDATION_STEPS,
+    OPS,
+    TESTS_PER_TASK,
+    CodeTask,
+    code_tasks,
+    task_stream,
+    validation_tasks,
+)
 from or1.data.synthetic_math import ArithmeticProblem, sample_problem
 from or1.errors import UserError
 
@@ -64,9 +72,17 @@ def test_math_row_schema():
     assert row["extra_info"]["num_ops"] == 4 and row["extra_info"]["split"] == "train"
 
 
+def test_program_format():
+    task = CodeTask((("add", 3), ("mul", 2), ("neg", 0)), (), ())
+    assert task.prompt == "Python: read x; add 3; times 2; negate; print x."
+    assert task.response == "```python\nx=int(input())\nx+=3\nx*=2\nx=-x\nprint(x)\n```"
+    assert task.run(4) == -14
+
+
 def test_code_reference_solutions_pass_their_tests():
-    tasks = code_tasks(0, 2 * len(FAMILIES))
-    assert {t.family for t in tasks} == {f.name for f in FAMILIES}
+    tasks = code_tasks(0, 40)
+    assert {t.num_steps for t in tasks} == set(CODE_VALIDATION_STEPS)
+    assert {name for t in tasks for name, _ in t.steps} == set(OPS)  # every kind of step is exercised
     for task in tasks:
         for stdin, expected in zip(task.inputs, task.outputs, strict=True):
             run = subprocess.run(
@@ -77,7 +93,17 @@ def test_code_reference_solutions_pass_their_tests():
                 timeout=30,
                 check=True,
             )
-            assert run.stdout == expected, (task.family, task.params, stdin)
+            assert run.stdout == expected, (task.key, stdin)
+
+
+def test_code_splits_are_disjoint_and_the_validation_set_is_fixed():
+    validation = validation_tasks()
+    assert len(validation) == 100 and [t.key for t in validation] == [t.key for t in validation_tasks()]
+    assert Counter(t.num_steps for t in validation) == {n: 25 for n in CODE_VALIDATION_STEPS}
+    held_out = {t.key for t in validation}
+    assert not held_out & {t.key for t in code_tasks(1, 500)}
+    stream = task_stream(1, [2, 6])
+    assert not held_out & {next(stream).key for _ in range(500)}
 
 
 def test_write_tiny_dataset(tiny_data_dir):
@@ -95,16 +121,13 @@ def test_write_tiny_dataset(tiny_data_dir):
     prompts = lambda rows: {r["prompt"][0]["content"] for r in rows}  # noqa: E731
     assert not prompts(code_train) & prompts(code_validation)
     tests = json.loads(code_train[0]["reward_model"]["ground_truth"])
-    assert len(tests["inputs"]) == len(tests["outputs"]) == 5
+    assert len(tests["inputs"]) == len(tests["outputs"]) == TESTS_PER_TASK
+    assert len(code_validation) == 100
 
 
 def test_write_tiny_dataset_is_deterministic(tmp_path):
-    a = write_tiny_dataset(
-        tmp_path / "a", seed=3, math_train_size=20, code_train_size=5, code_validation_size=5
-    )
-    b = write_tiny_dataset(
-        tmp_path / "b", seed=3, math_train_size=20, code_train_size=5, code_validation_size=5
-    )
+    a = write_tiny_dataset(tmp_path / "a", seed=3, math_train_size=20, code_train_size=5)
+    b = write_tiny_dataset(tmp_path / "b", seed=3, math_train_size=20, code_train_size=5)
     for name in ("train", "validation", "code_train", "code_validation"):
         assert getattr(a, name).read_bytes() == getattr(b, name).read_bytes()
 

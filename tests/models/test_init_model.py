@@ -79,8 +79,10 @@ def test_report_shows_a_model_that_solves_some_tasks(tiny_model_dir):
     assert 0 < rate["overall"] < 1
     assert report["sft"]["final_loss"] < 1.5
     assert rate["truncated"] < 0.25  # it answers and stops within the 96-token budget
-    assert set(rate["by_num_ops"]) == {"3", "4", "5", "6"}
+    assert set(rate["by_difficulty"]) == {"3", "4", "5", "6"}
     assert rate["problems"] == 200
+    code = report["code_solve_rate"]
+    assert set(code["by_difficulty"]) == {"3", "4", "5", "6"} and code["problems"] == 100
     lengths = report["gold_lengths"]
     assert [lengths[str(n)]["max"] for n in range(2, 7)] == sorted(
         lengths[str(n)]["max"] for n in range(2, 7)

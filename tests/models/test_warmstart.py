@@ -1,11 +1,12 @@
 import pytest
 import torch
 
+from or1.data.synthetic_code import CodeTask
 from or1.data.synthetic_math import ArithmeticProblem
 from or1.models.init import _tokenizer_corpus
 from or1.models.tiny import build_tiny_model, count_parameters
 from or1.models.tokenizer import train_tokenizer
-from or1.models.warmstart import IGNORE_INDEX, SFTConfig, lr_factor, sft_batch
+from or1.models.warmstart import IGNORE_INDEX, SFTConfig, lr_factor, sft_batch, sft_examples
 
 
 @pytest.fixture(scope="module")
@@ -23,13 +24,17 @@ def test_lr_schedule_warms_up_then_decays_to_a_tenth():
 
 
 def test_sft_batch_trains_on_the_response_only(tokenizer):
-    problems = [ArithmeticProblem((3, 4), ("+",)), ArithmeticProblem((1, 2, 3), ("-", "+"))]
-    batch = sft_batch(tokenizer, problems)
-    for i, problem in enumerate(problems):
+    program = CodeTask((("add", 3), ("square", 0)), (), ())
+    examples = [
+        (p.prompt, p.solution)
+        for p in (ArithmeticProblem((3, 4), ("+",)), ArithmeticProblem((1, 2, 3), ("-", "+")))
+    ] + [(program.prompt, program.response)]
+    batch = sft_batch(tokenizer, examples)
+    for i, (prompt, response) in enumerate(examples):
         kept = batch["labels"][i][batch["labels"][i] != IGNORE_INDEX].tolist()
-        assert tokenizer.decode(kept) == problem.solution + tokenizer.eos_token
+        assert tokenizer.decode(kept) == response + tokenizer.eos_token
         ids = batch["input_ids"][i][batch["attention_mask"][i].bool()].tolist()
-        assert tokenizer.decode(ids).startswith("<|im_start|>user\n" + problem.prompt)
+        assert tokenizer.decode(ids).startswith("<|im_start|>user\n" + prompt)
     assert (batch["labels"][batch["attention_mask"] == 0] == IGNORE_INDEX).all()
 
 
@@ -39,3 +44,9 @@ def test_tiny_model_size(tokenizer):
     assert model.config.tie_word_embeddings and model.config.eos_token_id == tokenizer.eos_token_id
     again = build_tiny_model(tokenizer, seed=0)
     assert torch.equal(model.model.embed_tokens.weight, again.model.embed_tokens.weight)
+
+
+def test_sft_batches_mix_programs_into_arithmetic_at_the_configured_share():
+    batch = next(sft_examples(seed=0, cfg=SFTConfig(batch_size=10, code_share=0.4)))
+    programs = [response for _, response in batch if response.startswith("```python")]
+    assert len(batch) == 10 and len(programs) == 4

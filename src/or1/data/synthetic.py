@@ -15,7 +15,7 @@ from rich.table import Table
 
 from or1.atomic import atomic_path
 from or1.data.schema import write_rows
-from or1.data.synthetic_code import code_row, code_tasks
+from or1.data.synthetic_code import code_row, code_tasks, validation_tasks
 from or1.data.synthetic_math import (
     VALIDATION_OPS,
     ArithmeticProblem,
@@ -26,7 +26,6 @@ from or1.data.synthetic_math import (
 from or1.errors import UserError
 from or1.preflight import check_output_folder
 
-CODE_VALIDATION_SEED = 271828  # fixed for the same reason as the math validation set
 SPLITS = ("train", "validation", "code_train", "code_validation")
 RL_OPS = VALIDATION_OPS  # 2-operand problems are solved almost always after SFT: no RL signal
 
@@ -46,6 +45,16 @@ def math_validation_rows() -> list[dict]:
     return [math_row(p, i, "validation") for i, p in enumerate(validation_problems())]
 
 
+def code_validation_rows() -> list[dict]:
+    """The fixed code validation split as or1 rows (25 programs per step count, 3..6 steps)."""
+    return [code_row(t, i, "validation") for i, t in enumerate(validation_tasks())]
+
+
+def code_train_rows(seed: int, size: int) -> list[dict]:
+    """`size` distinct code train rows (3..6 steps), none in the validation split."""
+    return [code_row(t, i, "train") for i, t in enumerate(code_tasks(seed, size))]
+
+
 def math_train_rows(seed: int, size: int, ops: Sequence[int] = RL_OPS) -> list[dict]:
     """`size` distinct math train rows, none in the validation split."""
     problems: list[ArithmeticProblem] = distinct_problems(seed, size, ops)
@@ -56,9 +65,8 @@ def write_tiny_dataset(
     out_dir: str | Path,
     seed: int = 0,
     *,
-    math_train_size: int = 2000,
-    code_train_size: int = 100,
-    code_validation_size: int = 25,
+    math_train_size: int = 1500,
+    code_train_size: int = 1500,
     train_ops: Sequence[int] = RL_OPS,
     console: Console | None = None,
     overwrite: bool = False,
@@ -66,12 +74,12 @@ def write_tiny_dataset(
     """Write the tiny world's four parquet files into `out_dir` and print what was written.
 
     train.parquet / validation.parquet hold math rows (validation: the fixed 200-problem held-out set with 3..6
-    operands); code_train.parquet / code_validation.parquet hold stdin/stdout code tasks with real tests.
-    The same seed gives byte-identical rows. Raises UserError for sizes the generators cannot meet, and for files
-    already in `out_dir` unless `overwrite`. Each file is written beside its name and renamed into place, so an
-    interrupted run leaves complete files or none.
+    operands); code_train.parquet / code_validation.parquet hold stdin/stdout programs with real tests (validation:
+    the fixed 100 programs of 3..6 steps). The same seed gives byte-identical rows. Raises UserError for sizes the
+    generators cannot meet, and for files already in `out_dir` unless `overwrite`. Each file is written beside its
+    name and renamed into place, so an interrupted run leaves complete files or none.
     """
-    if min(math_train_size, code_train_size, code_validation_size) < 1:
+    if min(math_train_size, code_train_size) < 1:
         raise UserError("Every tiny dataset size must be at least 1; fix the size option.")
     if not train_ops or min(train_ops) < 2 or max(train_ops) > 8:
         raise UserError(f"train_ops must be operand counts between 2 and 8, got {list(train_ops)}.")
@@ -83,17 +91,14 @@ def write_tiny_dataset(
             f"{', '.join(existing)} already exist; pass --overwrite to replace them or choose another --out"
         )
     try:
-        train = math_train_rows(seed, math_train_size, train_ops)
-        code_val_tasks = code_tasks(CODE_VALIDATION_SEED, code_validation_size)
-        code_train_tasks = code_tasks(seed, code_train_size, exclude={t.key for t in code_val_tasks})
+        splits = {
+            "train": math_train_rows(seed, math_train_size, train_ops),
+            "validation": math_validation_rows(),
+            "code_train": code_train_rows(seed, code_train_size),
+            "code_validation": code_validation_rows(),
+        }
     except ValueError as err:
         raise UserError(f"Cannot build the tiny dataset: {err}.") from None
-    splits = {
-        "train": train,
-        "validation": math_validation_rows(),
-        "code_train": [code_row(t, i, "train") for i, t in enumerate(code_train_tasks)],
-        "code_validation": [code_row(t, i, "validation") for i, t in enumerate(code_val_tasks)],
-    }
     paths = {name: _write_atomically(out / f"{name}.parquet", rows) for name, rows in splits.items()}
     _print_summary(console or Console(), paths, splits)
     return TinyDataset(**paths)

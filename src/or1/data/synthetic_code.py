@@ -1,188 +1,182 @@
-"""Stdin/stdout programming tasks for the tiny world, from a handful of parameterised families.
+"""Stdin/stdout programs for the tiny world: a chain of integer steps, `read x; add 3; times 2; negate; print x.`
 
-Each task carries real test cases (`{"inputs": [...], "outputs": [...]}`, outputs as the reference program prints
-them) and its reference solution in extra_info, so the code reward and sandbox can be tested end to end offline.
-The expected outputs are computed here in Python; tests run the reference source against them.
+The model answers with a whole program in one ```python block:
+
+    x=int(input())
+    x+=3
+    x*=2
+    x=-x
+    print(x)
+
+Difficulty is the number of steps, as the number of operands is for arithmetic: each step is one more line to get
+right, so the tiny model writes short chains reliably and long ones sometimes (the frontier RL needs). Each task
+carries real stdin/stdout test cases (expected outputs computed here in Python, checked against the reference program
+by the tests) and its reference program in extra_info, so the code reward and its sandbox run end to end offline.
 """
 
 from __future__ import annotations
 
 import random
-import string
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
 from or1.data.schema import make_row
 
 CODE_SOURCE = "tiny-code-stdio"
-CODE_INSTRUCTION = (
-    "Write a Python program that reads from standard input and writes to standard output. "
-    "Put the whole program in one ```python code block."
-)
-TESTS_PER_TASK = 5
+TESTS_PER_TASK = 4
+# the validation set is fixed, whatever seed trains: results stay comparable across runs
+CODE_VALIDATION_SEED = 271828
+CODE_VALIDATION_STEPS = (3, 4, 5, 6)
+CODE_VALIDATION_PER_STEPS = 25
+CODE_RL_STEPS = CODE_VALIDATION_STEPS  # 2-step programs are written right almost always after the warm start
+CODE_SFT_STEPS = (2, 3, 4, 5, 6)
+
+
+@dataclass(frozen=True)
+class _Op:
+    """One kind of step: how the prompt says it, how the program writes it, what it does, its argument range."""
+
+    phrase: str  # with {k} where it takes an argument
+    line: str
+    apply: Callable[[int, int], int]
+    args: tuple[int, int] | None = None  # inclusive range of k; None: no argument
+
+
+OPS: dict[str, _Op] = {
+    "add": _Op("add {k}", "x+={k}", lambda x, k: x + k, (1, 9)),
+    "sub": _Op("subtract {k}", "x-={k}", lambda x, k: x - k, (1, 9)),
+    "mul": _Op("times {k}", "x*={k}", lambda x, k: x * k, (2, 5)),
+    "div": _Op("divide by {k}", "x//={k}", lambda x, k: x // k, (2, 5)),
+    "mod": _Op("mod {k}", "x%={k}", lambda x, k: x % k, (2, 9)),
+    "neg": _Op("negate", "x=-x", lambda x, _: -x),
+    "square": _Op("square", "x*=x", lambda x, _: x * x),
+    "abs": _Op("absolute value", "x=abs(x)", lambda x, _: abs(x)),
+    "max": _Op("at least {k}", "x=max(x,{k})", lambda x, k: max(x, k), (-5, 5)),
+    "min": _Op("at most {k}", "x=min(x,{k})", lambda x, k: min(x, k), (-5, 5)),
+}
 
 
 @dataclass(frozen=True)
 class CodeTask:
-    """One programming problem: statement, reference program and test cases."""
+    """One programming problem: a chain of steps applied to the integer read from stdin, and its test cases."""
 
-    family: str
-    params: tuple[Any, ...]
-    statement: str
-    solution: str
+    steps: tuple[tuple[str, int], ...]  # (op name, argument; 0 for ops without one)
     inputs: tuple[str, ...]
     outputs: tuple[str, ...]
 
     @property
     def key(self) -> str:
-        return f"{self.family}{self.params}"
+        return ";".join(f"{name}{k}" for name, k in self.steps)
+
+    @property
+    def num_steps(self) -> int:
+        return len(self.steps)
+
+    @property
+    def prompt(self) -> str:
+        phrases = "; ".join(OPS[name].phrase.format(k=k) for name, k in self.steps)
+        return f"Python: read x; {phrases}; print x."
+
+    @property
+    def solution(self) -> str:
+        """The reference program (plain source)."""
+        lines = ["x=int(input())", *(OPS[name].line.format(k=k) for name, k in self.steps), "print(x)"]
+        return "\n".join(lines) + "\n"
+
+    @property
+    def response(self) -> str:
+        """The gold response: the reference program in one ```python block."""
+        return f"```python\n{self.solution}```"
+
+    def run(self, x: int) -> int:
+        for name, k in self.steps:
+            x = OPS[name].apply(x, k)
+        return x
 
 
-@dataclass(frozen=True)
-class _Family:
-    name: str
-    draw_params: Callable[[random.Random], tuple[Any, ...]]
-    statement: Callable[..., str]
-    solution: Callable[..., str]
-    draw_input: Callable[..., str]  # (rng, *params) -> stdin text
-    answer: Callable[..., str]  # (input text, *params) -> expected stdout
+def _test_inputs(rng: random.Random) -> list[int]:
+    """Distinct inputs with both signs, so a dropped negate, absolute value or bound shows in some test."""
+    while True:
+        xs = rng.sample(range(-30, 31), TESTS_PER_TASK)
+        if min(xs) < 0 < max(xs):
+            return xs
 
 
-def _ints(rng: random.Random, n: int, lo: int = -50, hi: int = 50) -> list[int]:
-    return [rng.randint(lo, hi) for _ in range(n)]
+def sample_task(rng: random.Random, num_steps: int) -> CodeTask:
+    """One task of `num_steps` steps (no op twice in a row) with TESTS_PER_TASK test cases."""
+    steps: list[tuple[str, int]] = []
+    names = list(OPS)
+    while len(steps) < num_steps:
+        name = rng.choice(names)
+        if steps and steps[-1][0] == name:
+            continue
+        args = OPS[name].args
+        steps.append((name, rng.randint(*args) if args else 0))
+    partial = CodeTask(tuple(steps), (), ())
+    xs = _test_inputs(rng)
+    return CodeTask(partial.steps, tuple(f"{x}\n" for x in xs), tuple(f"{partial.run(x)}\n" for x in xs))
 
 
-def _word(rng: random.Random, lo: int = 1, hi: int = 8) -> str:
-    return "".join(rng.choice(string.ascii_lowercase) for _ in range(rng.randint(lo, hi)))
+def validation_tasks() -> list[CodeTask]:
+    """The fixed held-out set: CODE_VALIDATION_PER_STEPS distinct tasks for each step count."""
+    rng = random.Random(CODE_VALIDATION_SEED)
+    tasks: list[CodeTask] = []
+    for num_steps in CODE_VALIDATION_STEPS:
+        seen: set[str] = set()
+        while len(seen) < CODE_VALIDATION_PER_STEPS:
+            task = sample_task(rng, num_steps)
+            if task.key not in seen:
+                seen.add(task.key)
+                tasks.append(task)
+    return tasks
 
 
-def _order(words: list[str], order: str) -> list[str]:
-    return {"reversed": words[::-1], "sorted": sorted(words), "original": words}[order]
-
-
-def _list_input(rng: random.Random) -> str:
-    values = _ints(rng, rng.randint(1, 8))
-    return f"{len(values)}\n{' '.join(map(str, values))}\n"
-
-
-FAMILIES: tuple[_Family, ...] = (
-    _Family(
-        "linear",
-        lambda r: (r.randint(1, 9), r.randint(1, 9)),
-        lambda p, q: f"The input is one line with two integers a and b. Print {p}*a + {q}*b.",
-        lambda p, q: f"a, b = map(int, input().split())\nprint({p} * a + {q} * b)\n",
-        lambda r, *_: "{} {}\n".format(*_ints(r, 2, -1000, 1000)),
-        lambda text, p, q: f"{p * int(text.split()[0]) + q * int(text.split()[1])}\n",
-    ),
-    _Family(
-        "repeat",
-        lambda r: (r.randint(2, 9), r.choice(",-|+ ")),
-        lambda k, sep: f"The input is one word. Print the word {k} times, joined by '{sep}'.",
-        lambda k, sep: f"w = input().strip()\nprint({sep!r}.join([w] * {k}))\n",
-        lambda r, *_: _word(r) + "\n",
-        lambda text, k, sep: sep.join([text.strip()] * k) + "\n",
-    ),
-    _Family(
-        "list_extreme",
-        lambda r: (r.choice(["largest", "smallest"]), r.randint(0, 20)),
-        lambda which, c: (
-            f"The first line holds n, the second n integers. Print the {which} of them plus {c}."
-        ),
-        lambda which, c: (
-            "input()\nxs = list(map(int, input().split()))\n"
-            f"print({'max' if which == 'largest' else 'min'}(xs) + {c})\n"
-        ),
-        lambda r, *_: _list_input(r),
-        lambda text, which, c: (
-            f"{(max if which == 'largest' else min)(map(int, text.split(chr(10))[1].split())) + c}\n"
-        ),
-    ),
-    _Family(
-        "count_char",
-        lambda r: (r.choice(string.ascii_lowercase), r.choice([True, False])),
-        lambda ch, same: (
-            "The input is one line of lowercase letters. Print how many of its letters "
-            + (f"are '{ch}'." if same else f"are not '{ch}'.")
-        ),
-        lambda ch, same: (
-            "s = input().strip()\n"
-            + (f"print(s.count({ch!r}))\n" if same else f"print(len(s) - s.count({ch!r}))\n")
-        ),
-        lambda r, ch, _: "".join(r.choice("abcde" + ch) for _ in range(r.randint(1, 20))) + "\n",
-        lambda text, ch, same: (
-            f"{text.strip().count(ch) if same else len(text.strip()) - text.strip().count(ch)}\n"
-        ),
-    ),
-    _Family(
-        "words",
-        lambda r: (
-            r.choice(["reversed", "sorted", "original"]),
-            r.choice(["lower", "upper", "capitalize"]),
-            r.choice(" ,-+"),
-        ),
-        lambda order, case, sep: (
-            f"The input is one line of words separated by spaces. Print the words in {order} order, each converted "
-            f"with str.{case}(), joined by '{sep}'."
-        ),
-        lambda order, case, sep: (
-            "words = input().split()\n"
-            + {"reversed": "words = words[::-1]\n", "sorted": "words = sorted(words)\n", "original": ""}[
-                order
-            ]
-            + f"print({sep!r}.join(w.{case}() for w in words))\n"
-        ),
-        lambda r, *_: " ".join(_word(r) for _ in range(r.randint(1, 5))) + "\n",
-        lambda text, order, case, sep: (
-            sep.join(getattr(w, case)() for w in _order(text.split(), order)) + "\n"
-        ),
-    ),
-)
-
-
-def sample_task(rng: random.Random, family: _Family) -> CodeTask:
-    """Draw one task of `family` with TESTS_PER_TASK random test cases."""
-    params = family.draw_params(rng)
-    inputs = tuple(family.draw_input(rng, *params) for _ in range(TESTS_PER_TASK))
-    return CodeTask(
-        family=family.name,
-        params=params,
-        statement=family.statement(*params),
-        solution=family.solution(*params),
-        inputs=inputs,
-        outputs=tuple(family.answer(text, *params) for text in inputs),
-    )
-
-
-def code_tasks(seed: int, size: int, exclude: set[str] | None = None) -> list[CodeTask]:
-    """`size` tasks, families in turn, parameter sets distinct and outside `exclude` (other splits' keys)."""
+def task_stream(seed: int, steps: Iterable[int], exclude: set[str] | None = None) -> Iterator[CodeTask]:
+    """Endless tasks with step counts drawn uniformly from `steps`, skipping keys in `exclude` (default: validation)."""
     rng = random.Random(seed)
-    seen = set(exclude or ())
+    choices = list(steps)
+    skip = exclude if exclude is not None else {t.key for t in validation_tasks()}
+    while True:
+        task = sample_task(rng, rng.choice(choices))
+        if task.key not in skip:
+            yield task
+
+
+def code_tasks(seed: int, size: int, steps: Iterable[int] = CODE_RL_STEPS) -> list[CodeTask]:
+    """`size` distinct train tasks, none in the validation set, step counts balanced over `steps`."""
+    choices = list(steps)
+    if not choices or min(choices) < 1:
+        raise ValueError(f"step counts must be at least 1, got {choices}")
+    rng = random.Random(seed)
+    seen = {t.key for t in validation_tasks()}
     tasks: list[CodeTask] = []
     for i in range(size):
-        family = FAMILIES[i % len(FAMILIES)]
         for _ in range(1000):
-            task = sample_task(rng, family)
+            task = sample_task(rng, choices[i % len(choices)])
             if task.key not in seen:
                 break
         else:
-            raise ValueError(f"family {family.name} ran out of distinct tasks; ask for fewer than {size}")
+            raise ValueError(
+                f"ran out of distinct {choices[i % len(choices)]}-step tasks; ask for fewer than {size}"
+            )
         seen.add(task.key)
         tasks.append(task)
+    rng.shuffle(tasks)
     return tasks
 
 
 def code_row(task: CodeTask, index: int, split: str) -> dict[str, Any]:
-    """The or1 row of one task (stdin/stdout tests form)."""
+    """The or1 row of one task (stdin/stdout tests form, as LiveCodeBench's stdin problems)."""
     return make_row(
         data_source=CODE_SOURCE,
-        prompt=[{"role": "user", "content": f"{task.statement}\n\n{CODE_INSTRUCTION}"}],
+        prompt=[{"role": "user", "content": task.prompt}],
         ability="code",
         ground_truth={"inputs": list(task.inputs), "outputs": list(task.outputs)},
         extra_info={
             "index": index,
             "split": split,
-            "family": task.family,
+            "num_steps": task.num_steps,
             "reference_solution": task.solution,
         },
     )

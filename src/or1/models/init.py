@@ -20,6 +20,7 @@ from transformers import PreTrainedTokenizerBase
 from transformers.utils import logging as hf_logging
 
 from or1.data.synthetic import math_validation_rows
+from or1.data.synthetic_code import CODE_SFT_STEPS, task_stream
 from or1.data.synthetic_math import problem_stream
 from or1.errors import UserError
 from or1.models.solve_rate import SolveRate, validation_solve_rate
@@ -48,7 +49,8 @@ class InitReport:
     parameters: int
     vocab_size: int
     sft: SFTReport
-    solve_rate: SolveRate
+    solve_rate: SolveRate  # math validation
+    code_solve_rate: SolveRate  # code validation, programs run in the local sandbox
     gold_lengths: dict[int, LengthStats]
     prompt_length_max: int
     seconds: float
@@ -61,7 +63,7 @@ def init_tiny_model(
     out_dir: str | Path,
     seed: int = 0,
     *,
-    sft_steps: int = 400,
+    sft_steps: int = 600,
     batch_size: int = 32,
     lr: float = 2.5e-3,
     eval_samples: int = 5,
@@ -98,8 +100,11 @@ def init_tiny_model(
         out.mkdir(parents=True, exist_ok=True)
         model.save_pretrained(out)
         tokenizer.save_pretrained(out, save_jinja_files=False)  # chat template inside tokenizer_config.json
-        rate = validation_solve_rate(
-            out, samples=eval_samples, max_response_length=eval_max_new_tokens, seed=seed
+        rate, code_rate = (
+            validation_solve_rate(
+                out, samples=eval_samples, max_response_length=eval_max_new_tokens, seed=seed, ability=ability
+            )
+            for ability in ("math", "code")
         )
         report = InitReport(
             out_dir=str(out),
@@ -108,6 +113,7 @@ def init_tiny_model(
             vocab_size=len(tokenizer),
             sft=sft,
             solve_rate=rate,
+            code_solve_rate=code_rate,
             gold_lengths=gold_length_stats(tokenizer, seed),
             prompt_length_max=max(
                 len(prompt_ids(tokenizer, list(r["prompt"]))) for r in math_validation_rows()
@@ -133,13 +139,11 @@ def init_tiny_model(
 
 
 def _tokenizer_corpus(seed: int, size: int = 4000) -> list[str]:
-    """Chat-formatted solved problems: the text the tiny model reads and writes."""
-    texts = []
-    for p in itertools.islice(problem_stream(seed, range(2, 7)), size):
-        texts.append(
-            f"<|im_start|>user\n{p.prompt}<|im_end|>\n<|im_start|>assistant\n{p.solution}<|im_end|>\n"
-        )
-    return texts
+    """Chat-formatted solved problems and programs (one in four): the text the tiny model reads and writes."""
+    math = itertools.islice(problem_stream(seed, range(2, 7)), size - size // 4)
+    code = itertools.islice(task_stream(seed, CODE_SFT_STEPS), size // 4)
+    pairs = [(p.prompt, p.solution) for p in math] + [(t.prompt, t.response) for t in code]
+    return [f"<|im_start|>user\n{q}<|im_end|>\n<|im_start|>assistant\n{a}<|im_end|>\n" for q, a in pairs]
 
 
 def gold_length_stats(
@@ -158,19 +162,21 @@ def gold_length_stats(
 
 
 def _print_report(console: Console, report: InitReport) -> None:
-    rate = report.solve_rate
+    rate, code = report.solve_rate, report.code_solve_rate
     table = Table(title=f"tiny base model: {report.out_dir}")
-    for column in ("operands", "solve rate", "gold tokens mean / max"):
+    for column in ("operands / steps", "math solve rate", "math gold tokens mean / max", "code pass rate"):
         table.add_column(column)
-    for num_ops, stats in report.gold_lengths.items():
-        solved = f"{rate.by_num_ops[num_ops]:.1%}" if num_ops in rate.by_num_ops else "-"
-        table.add_row(str(num_ops), solved, f"{stats.mean} / {stats.max}")
-    table.add_row("all", f"{rate.overall:.1%}", "")
+    for n, stats in report.gold_lengths.items():
+        solved = f"{rate.by_difficulty[n]:.1%}" if n in rate.by_difficulty else "-"
+        passed = f"{code.by_difficulty[n]:.1%}" if n in code.by_difficulty else "-"
+        table.add_row(str(n), solved, f"{stats.mean} / {stats.max}", passed)
+    table.add_row("all", f"{rate.overall:.1%}", "", f"{code.overall:.1%}")
     console.print(table)
     console.print(
         f"{report.parameters / 1e6:.2f}M parameters, vocabulary {report.vocab_size}; warm start {report.sft.steps} "
-        f"steps in {report.sft.seconds:.0f} s (loss {report.sft.final_loss:.3f}); base solve rate "
-        f"[bold]{rate.overall:.1%}[/bold] at T=1.0 ({rate.samples_per_problem} samples x {rate.problems} problems, "
-        f"{rate.truncated:.1%} truncated); total {report.seconds:.0f} s ({report.cpu_seconds:.0f} s CPU) on "
-        f"{report.threads} thread(s)."
+        f"steps in {report.sft.seconds:.0f} s (loss {report.sft.final_loss:.3f}); base at T=1.0: math "
+        f"[bold]{rate.overall:.1%}[/bold] ({rate.samples_per_problem} samples x {rate.problems} problems, "
+        f"{rate.truncated:.1%} truncated), code [bold]{code.overall:.1%}[/bold] ({code.samples_per_problem} x "
+        f"{code.problems}, {code.truncated:.1%} truncated); total {report.seconds:.0f} s ({report.cpu_seconds:.0f} s "
+        f"CPU) on {report.threads} thread(s)."
     )

@@ -1,6 +1,8 @@
-"""How often a model solves math rows: several samples per problem, overall and per operand count.
+"""How often a model solves tiny-world rows: several samples per problem, overall and per difficulty.
 
-init_tiny_model reports it for the base model; it is the tiny world's quick check that a model sits at the frontier.
+Difficulty is a row's operand count (math, extra_info.num_ops) or step count (code, extra_info.num_steps).
+init_tiny_model reports it for the base model on both validation splits; it is the tiny world's quick check that a
+model sits at the frontier.
 """
 
 from __future__ import annotations
@@ -13,28 +15,40 @@ from typing import Any
 
 from transformers import PreTrainedTokenizerBase
 
-from or1.data.synthetic import math_validation_rows
+from or1.data.synthetic import code_validation_rows, math_validation_rows
 from or1.engines.loading import load_rollout_engine
 from or1.engines.rollout import RolloutEngine, SamplingParams
+from or1.rewards.code import score_code_batch
 from or1.rewards.math import verify_math
 from or1.tokens import load_tokenizer, prompt_ids
 
 
 @dataclass(frozen=True)
 class SolveRate:
-    """Fraction of correct samples, overall and by extra_info.num_ops."""
+    """Fraction of correct samples, overall and by difficulty (operands or steps)."""
 
     overall: float
-    by_num_ops: dict[int, float]
+    by_difficulty: dict[int, float]
     problems: int
     samples_per_problem: int
     truncated: float  # fraction of samples cut at max_response_length
     seconds: float = 0.0
 
 
-def _is_correct(response: str, ground_truth: str) -> bool:
-    # In-process: tiny-model answers are short integers that verify_math settles on its string fast path.
-    return verify_math(response, ground_truth).correct
+def _correct(texts: list[str], rows: list[dict[str, Any]], samples: int) -> list[bool]:
+    """Each sample judged by its row's verifier: programs run in the local sandbox, math in this process (tiny
+    answers are short integers that verify_math settles on its string fast path)."""
+    truths = [rows[i // samples]["reward_model"]["ground_truth"] for i in range(len(texts))]
+    code = [i for i in range(len(texts)) if rows[i // samples]["ability"] == "code"]
+    passed = score_code_batch([texts[i] for i in code], [truths[i] for i in code]) if code else []
+    correct = {i: r.correct for i, r in zip(code, passed, strict=True)}
+    return [correct[i] if i in correct else verify_math(t, truths[i]).correct for i, t in enumerate(texts)]
+
+
+def difficulty(row: dict[str, Any]) -> int:
+    """A tiny row's operand count (math) or step count (code); 0 for other rows."""
+    extra = row.get("extra_info") or {}
+    return int(extra.get("num_ops") or extra.get("num_steps") or 0)
 
 
 def measure_solve_rate(
@@ -47,7 +61,7 @@ def measure_solve_rate(
     max_response_length: int = 96,
     seed: int = 0,
 ) -> SolveRate:
-    """Sample `samples` responses per math row and score each against the row's ground truth."""
+    """Sample `samples` responses per row and score each against the row's ground truth."""
     start = time.perf_counter()
     prompts = [prompt_ids(tokenizer, list(row["prompt"])) for row in rows]
     sampling = SamplingParams(
@@ -56,14 +70,12 @@ def measure_solve_rate(
     out = engine.generate_ids(prompts, sampling)
     texts = tokenizer.batch_decode(out.responses, skip_special_tokens=True)
     hits: dict[int, list[bool]] = defaultdict(list)
-    for i, text in enumerate(texts):
-        row = rows[i // samples]
-        num_ops = int((row.get("extra_info") or {}).get("num_ops", 0))
-        hits[num_ops].append(_is_correct(text, row["reward_model"]["ground_truth"]))
+    for i, correct in enumerate(_correct(texts, rows, samples)):
+        hits[difficulty(rows[i // samples])].append(correct)
     flat = [h for group in hits.values() for h in group]
     return SolveRate(
         overall=sum(flat) / len(flat),
-        by_num_ops={k: sum(v) / len(v) for k, v in sorted(hits.items())},
+        by_difficulty={k: sum(v) / len(v) for k, v in sorted(hits.items())},
         problems=len(rows),
         samples_per_problem=samples,
         truncated=sum(out.truncated) / len(out.truncated),
@@ -79,12 +91,14 @@ def validation_solve_rate(
     max_response_length: int = 96,
     seed: int = 1234,
     engine: str = "hf",
+    ability: str = "math",
 ) -> SolveRate:
-    """The solve rate of a saved model on the tiny world's fixed 200-problem validation split (`engine`: hf, vllm)."""
+    """The solve rate of a saved model on one of the tiny world's fixed validation splits (`ability`: math, the
+    200 arithmetic problems, or code, the 100 programs; `engine`: hf, vllm)."""
     return measure_solve_rate(
         load_rollout_engine(engine, model_dir, micro_batch_size=128),
         load_tokenizer(model_dir),
-        math_validation_rows(),
+        math_validation_rows() if ability == "math" else code_validation_rows(),
         samples=samples,
         temperature=temperature,
         max_response_length=max_response_length,

@@ -1,7 +1,8 @@
 """A byte-level BPE tokenizer for the tiny world, with Qwen-style chat special tokens and template.
 
-Digits are split one per token so arithmetic stays learnable; on the tiny world's text BPE runs out of useful merges
-near 300 tokens (measured on the tiny arithmetic), so the vocabulary is small and the embedding table costs little.
+Digits are split one per token so arithmetic stays learnable; on the tiny world's text (arithmetic and programs) BPE
+runs out of merges at 379 tokens, below the 400 cap, so the vocabulary is small and the embedding table costs little.
+With a cap of 300 a 6-step program took 64 tokens against 49.
 """
 
 from __future__ import annotations
@@ -25,7 +26,7 @@ CHAT_TEMPLATE = (
 )
 
 
-def train_tokenizer(corpus: Iterable[str], vocab_size: int = 300) -> PreTrainedTokenizerFast:
+def train_tokenizer(corpus: Iterable[str], vocab_size: int = 400) -> PreTrainedTokenizerFast:
     """Train the BPE on `corpus` (strings) and wrap it as a transformers fast tokenizer with the chat template."""
     core = Tokenizer(models.BPE())
     core.pre_tokenizer = pre_tokenizers.Sequence(

@@ -13,8 +13,6 @@ from or1.data.records import BadRecord, iter_records
 from or1.errors import UserError
 from or1.prepare.spec import SourceSpec
 
-TINY_CODE_VALIDATION_SIZE = 25  # what `write_tiny_dataset` uses by default
-
 
 @dataclass(frozen=True)
 class Provenance:
@@ -93,21 +91,19 @@ def _offline() -> bool:
 def synthetic_rows(source: SourceSpec) -> list[dict[str, Any]]:
     """The rows of a synthetic tiny split, exactly as `or1.data.synthetic.write_tiny_dataset` writes them."""
     from or1.data.synthetic import (
-        CODE_VALIDATION_SEED,
+        code_train_rows,
+        code_validation_rows,
         math_train_rows,
         math_validation_rows,
     )
-    from or1.data.synthetic_code import code_row, code_tasks
 
     try:
         if source.synthetic == "tiny-math-train":
-            return math_train_rows(source.seed, source.size or 2000)
+            return math_train_rows(source.seed, source.size or 1500)
         if source.synthetic == "tiny-math-validation":
             return math_validation_rows()
-        validation = code_tasks(CODE_VALIDATION_SEED, TINY_CODE_VALIDATION_SIZE)
         if source.synthetic == "tiny-code-validation":
-            return [code_row(t, i, "validation") for i, t in enumerate(validation)]
-        tasks = code_tasks(source.seed, source.size or 100, exclude={t.key for t in validation})
-        return [code_row(t, i, "train") for i, t in enumerate(tasks)]
+            return code_validation_rows()
+        return code_train_rows(source.seed, source.size or 1500)
     except ValueError as err:
         raise UserError(f"source {source.name!r}: cannot build {source.synthetic}: {err}.") from None
