@@ -92,11 +92,11 @@ def write_stage(
         (folder / "summary.json").write_text(json.dumps(summary))
 
 
-def write_eval(run: Path, label: str, value: float) -> None:
+def write_eval(run: Path, label: str, value: float, benchmark: str = "validation") -> None:
     folder = run / "eval" / label
     folder.mkdir(parents=True)
     summary = {
-        "benchmark": "validation",
+        "benchmark": benchmark,
         "model": {"path": f"/models/{label}"},
         "sampling": {"max_tokens": 96},
         "metrics": {
@@ -212,3 +212,14 @@ def test_evals_in_pipeline_order(finished_run: Path) -> None:
     labels = [e.label for e in read_run(finished_run).evals]
     assert labels == ["base", "stage1", "stage2-final/validation", "final"]
     assert read_run(finished_run).evals[0].estimates == {"avg@4": pytest.approx((0.4, 0.35, 0.45))}
+
+
+def test_each_benchmark_gain_from_base_to_final(finished_run: Path) -> None:
+    write_eval(finished_run, "base-code", 0.24, "livecodebench")
+    write_eval(finished_run, "final-code", 0.375, "livecodebench")
+    report = write_report(finished_run)
+    assert report.gains == [
+        "validation, base -> final: avg@4 40.0% -> 60.0% (+20.0 points)",
+        "livecodebench, base -> final: avg@4 24.0% -> 37.5% (+13.5 points)",
+    ]
+    assert f"- {report.gains[1]}" in report.markdown.read_text()

@@ -62,14 +62,27 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--set", nargs="*", default=[], help="extra --set overrides for every run")
     args = parser.parse_args()
-    print("| kernel | seed | base | stage 1 | stage 2 | stage 3 | always solved (1, 2) | result |")
-    print("|---|---|---|---|---|---|---|---|")
+    print(
+        "| kernel | seed | base | stage 1 | stage 2 | stage 3 | code base | code s1 | code s2 | code s3 "
+        "| always solved (1, 2) | result |"
+    )
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for kernel in args.kernels:
         for seed in args.seeds:
             r = measure(args.out, kernel, seed, args.set)
             with open(args.out / "readings.jsonl", "a") as f:
                 f.write(json.dumps(r) + "\n")
-            vals = " | ".join(f"{r[k]:.1%}" for k in ("base", "stage1", "stage2", "stage3"))
+            keys = (
+                "base",
+                "stage1",
+                "stage2",
+                "stage3",
+                "code_base",
+                "code_stage1",
+                "code_stage2",
+                "code_stage3",
+            )
+            vals = " | ".join(f"{r[k]:.1%}" for k in keys)
             print(f"| {kernel} | {seed} | {vals} | {r['always_solved']} | {r['result']} |", flush=True)
 
 

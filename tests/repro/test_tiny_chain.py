@@ -55,7 +55,7 @@ RECIPE = Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml"
 STEPS = (100, 60, 60)  # the shipped recipe: 250 / 100 / 100
 # The `or1 init-model` default: a base at the frontier (~45% solved). The session's 120-step model solves ~5%,
 # too few groups with a reward signal to learn from in a few dozen steps.
-BASE_SFT_STEPS = 400
+BASE_SFT_STEPS = 600
 # 16 samples per problem: with the recipe's 5 (or 4), one validation of the 200 problems is worth about +-1.8 points,
 # as much as a few dozen steps move it, and a check on a rise would pass or fail by the dice.
 VALIDATION_N = 16
@@ -65,6 +65,12 @@ STAGE1_MARGIN = 0.015
 CHAIN_MARGIN = 0.0  # stages 2-3 must rise: strictly more than their start
 TOTAL_MARGIN = 0.05
 VAL = f"val/validation/t1/avg@{VALIDATION_N}"
+# Code validation: the fixed 100 programs, 8 samples each (one validation worth about +-2 points).
+CODE_VALIDATION_N = 8
+CODE_VAL = f"val/code_validation/t1/avg@{CODE_VALIDATION_N}"
+CODE_MARGIN = 0.05  # the chain's code gain, base -> end of stage 3
+# Code train prompts beside the math ones (ungraded, 3..6 steps): about a third of each batch, as in the recipe.
+CODE_TRAIN_PROMPTS = 400
 # The train prompts: 800 over 2..6 operands, so that stage 1 (1,600 prompts) samples each one twice (16 attempts,
 # as the shipped recipe's 250 steps do its 2,000 prompts), and 160 of them have 2 operands, which the base solves
 # 86% of the time. Some prompts are then certain to be solved at every attempt, for the online filter to drop: with
@@ -80,17 +86,18 @@ def chain_data(folder: Path) -> TinyDataset:
     """The tiny dataset with TRAIN_PROMPTS math train rows over TRAIN_OPS (written once per folder)."""
     if (folder / "train.parquet").is_file():
         return TinyDataset(*(folder / f"{name}.parquet" for name in SPLITS))
-    sizes = {"math_train_size": TRAIN_PROMPTS, "code_train_size": 50, "code_validation_size": 25}
+    sizes = {"math_train_size": TRAIN_PROMPTS, "code_train_size": CODE_TRAIN_PROMPTS}
     return write_tiny_dataset(folder, seed=0, train_ops=TRAIN_OPS, **sizes)
 
 
 def shortened_recipe(folder: Path, model: Path, data: TinyDataset) -> Path:
-    """stages/tiny.yaml with fewer steps, avg@16 validation, and this test's model and data."""
+    """stages/tiny.yaml with fewer steps, avg@16 (math) and avg@8 (code) validation, this test's model and data."""
     recipe = yaml.safe_load(RECIPE.read_text())
     recipe["name"] = "tiny-ci"
     recipe["model"]["path"] = str(model)
-    recipe["data"]["train_files"] = [str(data.train)]
-    recipe["data"]["validation"].update(sets=[str(data.validation)], n=VALIDATION_N)
+    recipe["data"]["train_files"] = [str(data.train), str(data.code_train)]
+    code_set = {"set": str(data.code_validation), "n": CODE_VALIDATION_N}
+    recipe["data"]["validation"].update(sets=[str(data.validation), code_set], n=VALIDATION_N)
     recipe["trainer"]["save_every"] = 1000  # the stage's end only: checkpoint writes are not what this tests
     for stage, steps in zip(recipe["stages"], STEPS, strict=True):
         stage["steps"] = steps
@@ -142,6 +149,8 @@ def readings(logs: dict[int, list[dict]], summaries: dict[int, dict], solved: di
     return {
         "base": logs[1][0][VAL],
         **{f"stage{stage}": logs[stage][-1][VAL] for stage in (1, 2, 3)},
+        "code_base": logs[1][0][CODE_VAL],
+        **{f"code_stage{stage}": logs[stage][-1][CODE_VAL] for stage in (1, 2, 3)},
         "always_solved": [len(solved[1]), len(solved[2] - solved[1])],
         "filter_dropped": [summaries[s]["online_filter_dropped"] for s in (2, 3)],
     }
@@ -163,11 +172,17 @@ def check_chain(run: Path) -> dict:
     assert stage1 - base >= STAGE1_MARGIN, f"stage 1 learned too little: {base:.1%} -> {stage1:.1%}"
     assert stage3 - stage1 > CHAIN_MARGIN, f"stages 2-3 learned too little: {stage1:.1%} -> {stage3:.1%}"
     assert stage3 - base >= TOTAL_MARGIN, f"the chain learned too little: {base:.1%} -> {stage3:.1%}"
+    code_base, code_stage3 = read["code_base"], read["code_stage3"]
+    print(f"code validation avg@{CODE_VALIDATION_N}: base {code_base:.1%} -> stage 3 {code_stage3:.1%}")
+    assert code_stage3 - code_base >= CODE_MARGIN, (
+        f"the chain learned too little code: {code_base:.1%} -> {code_stage3:.1%}"
+    )
 
     # Start models: each stage starts from the previous one's final weights (the same validation, to the sample).
     for stage in (2, 3):
         assert summaries[stage]["start_model"] == str(run / f"stage{stage - 1}" / "final")
-        assert logs[stage][0][VAL] == logs[stage - 1][-1][VAL], f"stage {stage} starts from other weights"
+        for key in (VAL, CODE_VAL):
+            assert logs[stage][0][key] == logs[stage - 1][-1][key], f"stage {stage} starts from other weights"
 
     # Online filter: it drops exactly the prompts every earlier stage always solved, and trains on the rest. The
     # 2-operand prompts make sure there are some (TRAIN_OPS).

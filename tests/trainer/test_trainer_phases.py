@@ -10,6 +10,7 @@ from or1.config.loading import resolve
 from or1.config.schema import AlgorithmConfig, EntropyControlConfig
 from or1.hybrid.batch import Batch
 from or1.trainer.phases import (
+    ability_metrics,
     add_advantages,
     balance_ranks,
     fuses_old_log_prob,
@@ -140,3 +141,26 @@ def test_balance_ranks_gives_each_share_the_same_tokens() -> None:
     assert [balanced.non_tensor["uid"][i] for i in range(8)] == [
         "aabbccdd"[r] for r in balanced.tensors["row"].tolist()
     ]
+
+
+def test_a_mixed_batch_reports_each_ability_apart() -> None:
+    batch = truncation_policy(
+        scored_batch([1, 0, 1, 1, 0, 0], [False] * 5 + [True], ["a", "a", "b", "b", "c", "c"]),
+        AlgorithmConfig(),
+    )
+    batch = batch.union(
+        Batch(
+            non_tensor={
+                "ability": ["math", "math", "code", "code", "code", "code"],
+                "score_reason": ["correct", "wrong_answer", "correct", "correct", "timeout", "no_code"],
+            }
+        )
+    )
+    m = ability_metrics(batch)
+    assert m["math/responses"] == 2 and m["code/responses"] == 4
+    assert m["math/solve_frac"] == 0.5 and m["code/reward_mean"] == 0.5
+    assert m["code/reason_timeout"] == 0.25 and m["code/reason_no_code"] == 0.25
+    assert m["code/truncated_frac"] == 0.25 and m["math/truncated_frac"] == 0.0
+    assert m["math/length_mean"] == pytest.approx(2.5)  # lengths 2, 3
+    one_ability = batch.select(torch.tensor([0, 1]))
+    assert ability_metrics(one_ability) == {}  # a math-only run keeps its metrics as they were

@@ -53,3 +53,18 @@ def test_validation_budget_defaults_to_the_largest_stage_budget():
     assert resolve(RECIPE, 1, ["rollout.max_response_length=40"]).data.validation.max_response_length == 40
     explicit = ["data.validation.max_response_length=70"]
     assert resolve(RECIPE, 3, explicit).data.validation.max_response_length == 70
+
+
+def test_a_validation_set_can_sample_its_own_k_and_budget(tmp_path, tiny_model_dir):
+    from or1.data.synthetic import code_validation_rows, math_validation_rows
+    from or1.tokens import load_tokenizer
+
+    math, code = tmp_path / "math.parquet", tmp_path / "code.parquet"
+    pd.DataFrame(math_validation_rows()[:3]).to_parquet(math)
+    pd.DataFrame(code_validation_rows()[:2]).to_parquet(code)
+    sets = f"data.validation.sets=[{math}, {{set: {code}, n: 3, max_response_length: 80}}]"
+    cfg = resolve(RECIPE, 1, [sets, "data.validation.n=5", "data.max_prompt_length=64"])
+    first, second = load_validation_sets(cfg, load_tokenizer(tiny_model_dir))
+    assert (first.name, first.n, first.max_response_length) == ("math", 5, 96)
+    assert (second.name, second.n, second.max_response_length) == ("code", 3, 80)
+    assert list(second.prompts["ability"]) == ["code", "code"]

@@ -28,10 +28,24 @@ class ModelConfig(Section):
     trust_remote_code: bool = False
 
 
+class ValidationSetConfig(Section):
+    """One validation set with its own sampling, for sets that need another k or budget than the rest (a code
+    set beside a math set)."""
+
+    set: str = Field(
+        description="A benchmark name (aime24, livecodebench, ...) or a path to an or1-row file."
+    )
+    n: int | None = Field(None, ge=1, description="Samples per problem (default data.validation.n).")
+    max_response_length: int | None = Field(
+        None, ge=1, description="Response token budget (default data.validation.max_response_length)."
+    )
+
+
 class ValidationConfig(Section):
-    sets: list[str] = Field(
+    sets: list[str | ValidationSetConfig] = Field(
         default_factory=list,
-        description="Validation sets: benchmark names (aime24, aime25, ...) or paths to or1-row files.",
+        description="Validation sets: benchmark names (aime24, aime25, ...) or paths to or1-row files, each a plain "
+        "string or {set, n, max_response_length} to sample it differently from the others.",
     )
     every: int = Field(
         20, ge=0, description="Validate every this many steps (0: only at the end of a stage)."

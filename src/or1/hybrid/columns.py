@@ -27,6 +27,7 @@ RESPONSE_TEXT = "response_text"  # non-tensor: the decoded response
 # Rewards (trainer/rewards.py) and the truncation policy (trainer/phases.py)
 SCORES = "scores"  # [B]: the verifier's score
 SCORE_REASON = "score_reason"  # non-tensor: why (correct, wrong answer, timeout, ...)
+REWARD_SECONDS = "reward_seconds"  # meta of a scored batch: {ability: seconds its verifier took}
 REWARDS = "rewards"  # [B]: the score after the truncation policy
 
 # Actor, reference and critic passes (engines/fsdp.py through the workers)

@@ -21,12 +21,13 @@ class Report:
     markdown: Path
     figures: dict[str, Path]  # panel name -> PNG, only those with data
     missing: list[str]  # panels the run has nothing for (yet)
+    gains: list[str]  # one line per benchmark evaluated at base and final: its estimates, base -> final
 
 
 def write_report(run_dir: Path | str) -> Report:
     """Write <run_dir>/plots/<panel>.png, plots/overview.png and <run_dir>/report.md; returns what was written."""
     from or1.report.figures import OTHER_PANELS, STEP_PANELS, render, render_overview
-    from or1.report.markdown import render_markdown
+    from or1.report.markdown import eval_gains, render_markdown
     from or1.report.runfiles import read_run
 
     run = read_run(Path(run_dir))
@@ -47,7 +48,7 @@ def write_report(run_dir: Path | str) -> Report:
         figures["overview"] = plots / OVERVIEW_FILE
     markdown = run.path / REPORT_FILE
     markdown.write_text(render_markdown(run, drawn, missing))
-    return Report(markdown, figures, missing)
+    return Report(markdown, figures, missing, eval_gains(run))
 
 
 def refresh_report(run_dir: Path | str, console: Console) -> None:

@@ -96,8 +96,15 @@ def draw_validation(ax: Axes, run: RunFiles) -> bool:
     return bool(keys)
 
 
+ABILITY_COLORS = {"math": "tab:blue", "code": "tab:orange"}
+
+
 def draw_reward(ax: Axes, run: RunFiles) -> bool:
-    drawn = _line(ax, run, "reward/mean", "reward (truncated = 0)", "tab:green", window_for(run))
+    """The training reward, and each ability's apart when a run trains more than one (math/..., code/...)."""
+    window = window_for(run)
+    drawn = _line(ax, run, "reward/mean", "all (truncated = 0)", "tab:green", window)
+    for ability, color in ABILITY_COLORS.items():
+        _line(ax, run, f"{ability}/reward_mean", ability, color, window)
     ax.set_ylabel("mean training reward (0-1)")
     return drawn
 

@@ -23,6 +23,7 @@ def render_markdown(run: RunFiles, figures: dict[str, tuple[str, Path]], missing
         lines += ["## Stages", "", *stage_table(run), ""]
     if run.evals:
         lines += ["## Evaluation", "", *eval_table(run), ""]
+        lines += [f"- {line}" for line in eval_gains(run)] + [""]
     if figures:
         lines += ["## Figures", ""]
         for title, path in figures.values():
@@ -86,3 +87,22 @@ def eval_table(run: RunFiles) -> list[str]:
                 f"{100 * value:.1f} | {100 * low:.1f} - {100 * high:.1f} |"
             )
     return rows
+
+
+def eval_gains(run: RunFiles) -> list[str]:
+    """One line per benchmark evaluated both at the base and at the final model: each estimate, base -> final."""
+    lines = []
+    for benchmark in dict.fromkeys(e.benchmark for e in run.evals):
+        evals = [e for e in run.evals if e.benchmark == benchmark]
+        base = next((e for e in evals if e.label.startswith("base")), None)
+        final = next((e for e in reversed(evals) if e.label.startswith("final")), None)
+        if base is None or final is None:
+            continue
+        parts = [
+            f"{name} {100 * base.estimates[name][0]:.1f}% -> {100 * value:.1f}% "
+            f"({100 * (value - base.estimates[name][0]):+.1f} points)"
+            for name, (value, _, _) in final.estimates.items()
+            if name in base.estimates
+        ]
+        lines.append(f"{benchmark}, base -> final: {'; '.join(parts)}")
+    return lines

@@ -23,6 +23,7 @@ from or1.hybrid.columns import (
     PROMPT_KEY,
     REF_LOG_PROBS,
     REWARD_COLUMNS,
+    REWARD_SECONDS,
     REWARDS,
     SEQUENCE_COLUMNS,
     UID,
@@ -158,9 +159,10 @@ def sample_round(t: Trainer, step: int, round_: int, timer: PhaseTimer) -> Batch
     with timer("generate"):
         batch = t.actor.generate_sequences(t.loader.next_batch(step, round_))
     with timer("reward"):
-        batch = truncation_policy(
-            batch.union(t.rewards.compute_scores(batch.only(REWARD_COLUMNS))), t.cfg.algorithm
-        )
+        scored = t.rewards.compute_scores(batch.only(REWARD_COLUMNS))
+        batch = truncation_policy(batch.union(Batch(scored.tensors, scored.non_tensor)), t.cfg.algorithm)
+    for ability, seconds in scored.meta[REWARD_SECONDS].items():
+        timer.add(f"reward_{ability}", seconds)
     t.prompt_stats.update(batch.non_tensor[PROMPT_KEY], batch.tensors[REWARDS])
     return batch
 

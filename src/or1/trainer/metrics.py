@@ -37,7 +37,11 @@ class PhaseTimer:
         try:
             yield
         finally:
-            self.seconds[phase] = self.seconds.get(phase, 0.0) + time.perf_counter() - begin
+            self.add(phase, time.perf_counter() - begin)
+
+    def add(self, phase: str, seconds: float) -> None:
+        """Count `seconds` measured elsewhere (a verifier's share of the reward phase) under `phase`."""
+        self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
 
     def metrics(self) -> dict[str, float]:
         out = {f"time/{k}": v for k, v in self.seconds.items()}

@@ -18,6 +18,7 @@ from or1.algos.truncation import apply_truncation_policy
 from or1.config.schema import AlgorithmConfig, RunConfig
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import (
+    ABILITY,
     ADVANTAGES,
     ATTENTION_MASK,
     ENTROPY,
@@ -144,7 +145,33 @@ def rollout_metrics(batch: Batch, rejection: RejectionStats) -> dict[str, float]
         "response/length_max": float(lengths.max()),
         "response/truncated_frac": float(batch.tensors[TRUNCATED].float().mean()),
         "response/tokens": float(lengths.sum()),
+        **ability_metrics(batch),
     }
+
+
+def ability_metrics(batch: Batch) -> dict[str, float]:
+    """The sampled batch split by ability (`math/...`, `code/...`) when it holds more than one: responses, reward,
+    solve rate, length, truncation and each verifier reason's share (code: wrong output, runtime error, timeout, ...)."""
+    if ABILITY not in batch.non_tensor:
+        return {}
+    abilities = np.asarray(batch.non_tensor[ABILITY], dtype=str)
+    kinds = np.unique(abilities)
+    if len(kinds) < 2:
+        return {}
+    reasons = np.asarray(batch.non_tensor[SCORE_REASON], dtype=str)
+    out: dict[str, float] = {}
+    for kind in kinds:
+        rows = abilities == kind
+        pick = torch.from_numpy(rows)
+        scores = batch.tensors[SCORES][pick].float()
+        out[f"{kind}/responses"] = float(rows.sum())
+        out[f"{kind}/reward_mean"] = float(batch.tensors[REWARDS][pick].float().mean())
+        out[f"{kind}/solve_frac"] = float((scores >= 1.0).float().mean())
+        out[f"{kind}/length_mean"] = float(batch.tensors[RESPONSE_LENGTH][pick].float().mean())
+        out[f"{kind}/truncated_frac"] = float(batch.tensors[TRUNCATED][pick].float().mean())
+        names, counts = np.unique(reasons[rows], return_counts=True)
+        out.update({f"{kind}/reason_{r}": float(c) / rows.sum() for r, c in zip(names, counts, strict=True)})
+    return out
 
 
 def kept_metrics(batch: Batch) -> dict[str, float]:

@@ -7,16 +7,18 @@ pool too. (or1 first gave this front-end a Ray actor of its own: a process that 
 forward rows to the same pool, about 6 CPU-seconds of the tiny recipe's start-up.)
 
 Reads non-tensor columns `ability`, `response_text`, `reward_model`; writes `scores` [B] (float) and the non-tensor
-`score_reason`.
+`score_reason`, with the seconds each ability's verifier took in the meta (`reward_seconds`: {"math": s, "code": s}).
 """
 
 from __future__ import annotations
+
+import time
 
 import torch
 
 from or1.config.schema import RewardConfig
 from or1.hybrid.batch import Batch
-from or1.hybrid.columns import REWARD_COLUMNS, SCORE_REASON, SCORES
+from or1.hybrid.columns import REWARD_COLUMNS, REWARD_SECONDS, SCORE_REASON, SCORES
 from or1.rewards.score import math_pool, score_batch
 
 
@@ -30,17 +32,29 @@ class RewardManager:
         math_pool(config.workers).start()
 
     def compute_scores(self, batch: Batch) -> Batch:
-        """One score per response (1.0 / 0.0 for math) and the verifier's one-word reason."""
+        """One score per response (1.0 / 0.0 for math) and the verifier's one-word reason; each ability's rows are
+        scored apart so the step can report what each costs (code: its sandbox seconds)."""
         rows = [
             {"ability": ability, "response": text, "reward_model": reward_model}
             for ability, text, reward_model in zip(*(batch[c] for c in REWARD_COLUMNS), strict=True)
         ]
-        results = score_batch(
-            rows,
-            workers=self.cfg.workers,
-            timeout=self.cfg.math_timeout,
-            code_timeout=self.cfg.code_timeout,
-            math_extraction=self.cfg.math_extraction,
+        scores, reasons = [0.0] * len(rows), [""] * len(rows)
+        seconds: dict[str, float] = {}
+        for ability in sorted({row["ability"] for row in rows}):
+            indices = [i for i, row in enumerate(rows) if row["ability"] == ability]
+            start = time.perf_counter()
+            results = score_batch(
+                [rows[i] for i in indices],
+                workers=self.cfg.workers,
+                timeout=self.cfg.math_timeout,
+                code_timeout=self.cfg.code_timeout,
+                math_extraction=self.cfg.math_extraction,
+            )
+            seconds[str(ability)] = time.perf_counter() - start
+            for i, result in zip(indices, results, strict=True):
+                scores[i], reasons[i] = result.score, result.reason
+        return Batch(
+            {SCORES: torch.tensor(scores, dtype=torch.float32)},
+            {SCORE_REASON: reasons},
+            {REWARD_SECONDS: seconds},
         )
-        scores = torch.tensor([r.score for r in results], dtype=torch.float32)
-        return Batch({SCORES: scores}, {SCORE_REASON: [r.reason for r in results]})

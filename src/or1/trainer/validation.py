@@ -11,7 +11,7 @@ from dataclasses import dataclass
 import torch
 from transformers import PreTrainedTokenizerBase
 
-from or1.config.schema import RunConfig
+from or1.config.schema import RunConfig, ValidationSetConfig
 from or1.data.benchmarks import load_benchmark
 from or1.errors import UserError
 from or1.hybrid.batch import Batch
@@ -36,20 +36,23 @@ class ValidationSet:
     name: str
     prompts: Batch  # non-tensor: prompt_ids, uid, ability, reward_model
     too_long: int  # prompts dropped for exceeding data.max_prompt_length
+    n: int  # samples per problem: avg@n
+    max_response_length: int | None  # None: the recipe's validation budget
 
 
 def load_validation_sets(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> list[ValidationSet]:
     """Resolve data.validation.sets (benchmark names or or1-row files) into encoded prompt batches."""
     val = cfg.data.validation
     sets = []
-    for spec in val.sets:
-        data = load_benchmark(spec)
+    for entry in val.sets:
+        spec = entry if isinstance(entry, ValidationSetConfig) else ValidationSetConfig(set=entry)
+        data = load_benchmark(spec.set)
         rows = data.rows[: val.max_problems] if val.max_problems else data.rows
         encoded = [(row, prompt_ids(tokenizer, row["prompt"])) for row in rows]
         kept = [(row, ids) for row, ids in encoded if len(ids) <= cfg.data.max_prompt_length]
         if not kept:
             raise UserError(
-                f"data.validation.sets: {spec} has no prompt within data.max_prompt_length="
+                f"data.validation.sets: {spec.set} has no prompt within data.max_prompt_length="
                 f"{cfg.data.max_prompt_length} tokens"
             )
         # A set ordered by difficulty (as benchmark files often are) would give one rank all the long problems.
@@ -60,22 +63,23 @@ def load_validation_sets(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> 
             ABILITY: [row["ability"] for row, _ in kept],
             REWARD_MODEL: [dict(row["reward_model"]) for row, _ in kept],
         }
-        sets.append(ValidationSet(data.name, Batch.from_dict(columns), len(encoded) - len(kept)))
+        n, budget = spec.n or val.n, spec.max_response_length or val.max_response_length
+        sets.append(ValidationSet(data.name, Batch.from_dict(columns), len(encoded) - len(kept), n, budget))
     return sets
 
 
 def validate(
     sets: list[ValidationSet], actor: WorkerGroup, rewards: RewardManager, cfg: RunConfig
 ) -> dict[str, float]:
-    """avg@n, truncation and mean length of every set at every configured temperature.
+    """avg@n, truncation and mean length of every set at every configured temperature, each set at its own n.
 
-    Every stage samples at the same budget (data.validation.max_response_length), so a stage switch changes the
-    curve only through the policy, not through a longer or shorter response budget.
+    Every stage samples a set at the same budget (its own, else data.validation.max_response_length), so a stage
+    switch changes the curve only through the policy, not through a longer or shorter response budget.
     """
     val = cfg.data.validation
-    budget = val.max_response_length or cfg.rollout.max_response_length
     metrics: dict[str, float] = {}
     for vset in sets:
+        budget = vset.max_response_length or cfg.rollout.max_response_length
         for temperature in val.temperatures:
             # No step in the meta: every validation samples with the same seeds (common random numbers), so the
             # difference between two validations is the models', not the dice's.
@@ -85,7 +89,7 @@ def validate(
                 {
                     "seed": cfg.trainer.seed + 7919,
                     "sampling": {
-                        "n": val.n,
+                        "n": vset.n,
                         "temperature": temperature,
                         "top_p": val.top_p,
                         "max_response_length": budget,
@@ -95,7 +99,7 @@ def validate(
             out = actor.generate_sequences(prompts)
             scores = rewards.compute_scores(out.only(REWARD_COLUMNS)).tensors[SCORES]
             prefix = f"val/{vset.name}/t{temperature:g}"
-            metrics[f"{prefix}/avg@{val.n}"] = float(scores.mean())
+            metrics[f"{prefix}/avg@{vset.n}"] = float(scores.mean())
             metrics[f"{prefix}/truncated_frac"] = float(out.tensors[TRUNCATED].float().mean())
             metrics[f"{prefix}/length_mean"] = float(
                 out.tensors[RESPONSE_MASK].sum(-1).to(torch.float32).mean()
