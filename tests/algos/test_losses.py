@@ -5,17 +5,16 @@ import math
 import pytest
 import torch
 
+from or1.algos.aggregation import aggregate, loss_denominators
 from or1.algos.losses import (
     LossConfig,
-    aggregate,
     entropy_from_logits,
     kl_penalty,
-    loss_denominators,
     policy_loss,
-    ppo_clip_loss,
     token_log_probs,
     value_loss,
 )
+from or1.algos.policy_losses import ppo_clip_loss
 from or1.config.schema import (
     ActorConfig,
     AlgorithmConfig,
