@@ -69,7 +69,7 @@ def wait_all(group: str, method: str, refs: list[ray.ObjectRef], timeout_s: floa
             results[rank] = ray.get(done[0])
         except RayTaskError as e:
             if isinstance(getattr(e, "cause", None), UserError):  # the user's to fix: one line, no restart
-                raise UserError(str(e.cause)) from None
+                raise UserError(f"{e.cause} (worker group {group!r} rank {rank}, {method}())") from None
             raise WorkerError(group, rank, method, _last_line(str(e))) from e
         except RayActorError as e:
             detail = f"its actor process died ({type(e).__name__})"
