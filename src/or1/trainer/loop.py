@@ -116,13 +116,13 @@ def train(t: Trainer) -> None:
             alpha = t.entropy.alpha_before(rollout_entropy(batch))
         else:
             alpha = t.entropy.step(sampled_entropy(batch))
+        columns = _update_columns(cfg, fused, batch)
         with timer("update"):
-            update = t.actor.update_actor(batch.only(_update_columns(cfg, fused, batch)), entropy_coef=alpha)[
-                0
-            ]
-        if fused:  # e_k of the weights before the step and the old log-probs, from the update's own forward
+            update = t.actor.update_actor(batch.only(columns), entropy_coef=alpha)[0]
+            if fused:  # the old log-probs the update's own forward took (the mismatch metrics read them)
+                batch = batch.union(t.actor.fused_old_log_probs(batch.only([RESPONSE_MASK])))
+        if fused:  # e_k of the weights before the step, from the update's own forward
             t.entropy.step(update["sampled_entropy"], alpha=alpha)
-            batch = batch.union(t.actor.fused_old_log_probs(batch.only([RESPONSE_MASK])))
         critic = {}
         if t.critic is not None:
             with timer("critic_update"):
