@@ -159,7 +159,8 @@ class ActorConfig(OptimConfig):
     old_log_prob: Literal["auto", "recompute"] = Field(
         "auto",
         description="auto: when a batch gets exactly one optimizer step (ppo_mini_batch_size = batch_size, one "
-        "epoch, no KL in the reward), the update's own forward gives the old log-probs (detached: ratio 1, the same "
+        "epoch, no KL in the reward, no algorithm.rollout_correction), the update's own forward gives the old "
+        "log-probs (detached: ratio 1, the same "
         "loss and gradient), the entropy metrics and the entropy controller's e_k, saving a forward pass. Only where "
         "a step's entropy-bonus weight depends on its own e_k (entropy timing paper, coefficient > 0) is that "
         "weight's on/off switch read from the sampler's log-probs of the same tokens (the same weights: equal to "
