@@ -20,6 +20,8 @@ AGG_MODES: tuple[str, ...] = (
     "seq-mean-token-sum-norm",
 )
 _SEQ_MODES = AGG_MODES[1:]
+# Bound on log-ratios before exp(): a ratio of e^20 already means the sample is useless; this keeps it finite.
+LOG_RATIO_BOUND = 20.0
 
 
 def masked(values: Tensor, mask: Tensor) -> Tensor:

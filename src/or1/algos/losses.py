@@ -16,7 +16,7 @@ import torch
 from torch import Tensor
 from torch.utils.checkpoint import checkpoint
 
-from or1.algos.aggregation import AggMode, aggregate, masked, masked_mean
+from or1.algos.aggregation import LOG_RATIO_BOUND, AggMode, aggregate, masked, masked_mean
 from or1.algos.policy_losses import POLICY_LOSSES, PolicyLossName
 
 if TYPE_CHECKING:
@@ -24,8 +24,6 @@ if TYPE_CHECKING:
 
 KLKind = Literal["k1", "k2", "k3"]
 
-# Bounds on log-ratios before exp(): a ratio of e^20 already means the sample is useless; this keeps it finite.
-_LOG_RATIO_CLAMP = 20.0
 # Upper bound on the k3 KL per token, so one wild token cannot dominate the loss.
 _K3_MAX = 10.0
 # Elements of one [B, chunk, V] float32 slice processed at once (256 MiB): bounds the temporary vocab-sized buffers.
@@ -44,7 +42,7 @@ def kl_penalty(log_probs: Tensor, ref_log_probs: Tensor, kind: KLKind = "k3") ->
     if kind == "k2":
         return 0.5 * diff.square()
     if kind == "k3":
-        neg = (-diff).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+        neg = (-diff).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
         return (torch.exp(neg) - neg - 1.0).clamp(max=_K3_MAX)
     raise ValueError(f"unknown KL kind {kind!r}; expected k1, k2 or k3")
 

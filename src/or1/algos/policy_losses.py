@@ -21,13 +21,10 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from or1.algos.aggregation import AggMode, aggregate, masked, masked_mean
+from or1.algos.aggregation import LOG_RATIO_BOUND, AggMode, aggregate, masked, masked_mean
 
 PolicyLossName = Literal["ppo", "gspo", "cispo"]
 PolicyLossFn = Callable[..., tuple[Tensor, dict[str, float]]]
-
-# Bounds on log-ratios before exp(): a ratio of e^20 already means the sample is useless; this keeps it finite.
-_LOG_RATIO_CLAMP = 20.0
 
 
 def _weighted(token_loss: Tensor, is_weights: Tensor | None, mask: Tensor) -> Tensor:
@@ -65,7 +62,7 @@ def ppo_clip_loss(
     """
     if clip_ratio_c is not None and clip_ratio_c <= 1.0:
         raise ValueError(f"clip_ratio_c must be > 1 for dual-clip PPO, got {clip_ratio_c}")
-    log_ratio = masked(log_probs - old_log_probs, mask).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    log_ratio = masked(log_probs - old_log_probs, mask).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
     advantages = masked(advantages, mask)
     ratio = torch.exp(log_ratio)
     unclipped = -advantages * ratio
@@ -118,7 +115,7 @@ def gspo_loss(
     del clip_ratio_c  # a sequence ratio has no dual clip
     log_ratio = masked(log_probs - old_log_probs, mask)
     lengths = mask.to(log_ratio.dtype).sum(-1).clamp(min=1.0)
-    seq_log_ratio = (log_ratio.detach().sum(-1) / lengths).clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    seq_log_ratio = (log_ratio.detach().sum(-1) / lengths).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
     token_log_ratio = masked(log_probs - log_probs.detach(), mask) + seq_log_ratio[:, None]
     ratio = torch.exp(token_log_ratio)
     advantages = masked(advantages, mask)
@@ -128,7 +125,7 @@ def gspo_loss(
     agg = {"num_tokens": num_tokens, "num_seqs": num_seqs, "norm_length": norm_length}
     loss = aggregate(_weighted(token_loss, is_weights, mask), mask, agg_mode, **agg)
     with torch.no_grad():
-        token_ratio = torch.exp(log_ratio.detach().clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP))
+        token_ratio = torch.exp(log_ratio.detach().clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
         metrics = {
             "clip_frac": masked_mean((clipped.detach() > unclipped.detach()).float(), mask),
             "approx_kl": masked_mean(token_ratio - 1.0 - log_ratio.detach(), mask),
@@ -159,7 +156,7 @@ def cispo_loss(
     approx_kl.
     """
     del clip_ratio_c
-    log_ratio = masked(log_probs - old_log_probs, mask).detach().clamp(-_LOG_RATIO_CLAMP, _LOG_RATIO_CLAMP)
+    log_ratio = masked(log_probs - old_log_probs, mask).detach().clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
     ratio = torch.exp(log_ratio)
     weight = ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
     token_loss = -masked(advantages, mask) * weight * masked(log_probs, mask)

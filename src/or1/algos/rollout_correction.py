@@ -22,12 +22,10 @@ from typing import Literal
 import torch
 from torch import Tensor
 
-from or1.algos.aggregation import masked
+from or1.algos.aggregation import LOG_RATIO_BOUND, masked
 
 ISLevel = Literal["off", "token", "sequence"]
 RejectionLevel = Literal["off", "token", "sequence", "geometric"]
-
-_LOG_RATIO_BOUND = 20.0  # exp(20) ~ 5e8: a ratio beyond it carries no information, only overflow
 
 
 @dataclass(frozen=True)
@@ -88,9 +86,9 @@ def correct(
     weights = None
     if settings.is_level != "off":
         if settings.is_level == "token":
-            bounded = lr.clamp(-_LOG_RATIO_BOUND, _LOG_RATIO_BOUND)
+            bounded = lr.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
         else:
-            seq = sequence_log_ratio(lr, mask, geometric=False).clamp(-_LOG_RATIO_BOUND, _LOG_RATIO_BOUND)
+            seq = sequence_log_ratio(lr, mask, geometric=False).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
             bounded = seq[:, None].expand_as(lr)
         raw = torch.exp(bounded)
         weights = masked(raw.clamp(max=settings.is_cap), keep)
@@ -127,7 +125,7 @@ def mismatch_sums(
     """The gap on the tokens of `mask`: |log rho|, k3 = rho - 1 - log rho (estimates KL(sampler || old) from the
     sampler's tokens) and the count of tokens with rho outside [1 / threshold, threshold]."""
     mask_b = mask.bool()
-    lr = log_ratio(old_log_probs, rollout_log_probs, mask).clamp(-_LOG_RATIO_BOUND, _LOG_RATIO_BOUND)
+    lr = log_ratio(old_log_probs, rollout_log_probs, mask).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
     diff = lr.abs()
     k3 = masked(torch.exp(lr) - 1.0 - lr, mask_b)
     return MismatchSums(
