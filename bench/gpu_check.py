@@ -12,7 +12,10 @@ tiny one) goes through what a training step does on one rank, in a process of it
 - for each rollout engine (hf, vllm), the hand-off of `ActorRolloutRefWorker.rollout_phase`: wake the engine's
   weights, push the actor's weights (seconds per GB of pushed tensors), offload the actor, wake the KV cache,
   generate (response tokens/s), sleep, onload the actor;
-- peak GPU memory of each phase (`torch.cuda.max_memory_allocated`; on the CPU the process's peak RSS).
+- peak GPU memory of each phase (`torch.cuda.max_memory_allocated`; on the CPU the process's peak RSS), printed
+  beside what `or1 plan` predicts for the same shape and settings (or1.plan.memory: shards, gathered units, saved
+  activations and the backward's transients; vLLM's weights, workspace and KV share), so the first GPU run checks
+  the plan (the plan's fixed margin for the CUDA context is left out: max_memory_allocated does not see it).
 `--dry-run` runs the same code on the CPU (gloo, float32, no offload) at a tiny shape: it checks the path, its
 numbers mean nothing. The last line is a JSON list of one row per shape.
 """
@@ -77,6 +80,7 @@ DRY_WORK = {"update": (4, 8, 8, 2), "rollout": (2, 2, 8)}
 # dense bf16 tensor-core peak (no sparsity), TFLOP/s, by a substring of torch.cuda.get_device_name()
 PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0, "L4": 121.0}
 UPDATE_STEPS = 3  # timed updates, after one warm-up
+VLLM_UTILIZATION = 0.3  # the check's vLLM share of the GPU
 EOS = 1  # random_qwen2's eos id
 
 
@@ -127,6 +131,44 @@ def model_flops_per_token(shape: dict, parameters: int, context: int) -> float:
     (12 x layers x hidden x context). The input embedding is a lookup; a tied one is still the output head's matmul."""
     embedding = 0 if shape["tie_word_embeddings"] else shape["vocab_size"] * shape["hidden_size"]
     return 6.0 * (parameters - embedding) + 12.0 * shape["num_hidden_layers"] * shape["hidden_size"] * context
+
+
+def planned_update_gib(shape: dict, work: tuple[int, int, int, int], on_gpu: bool) -> float:
+    """`or1 plan`'s update peak for this check's actor: one rank, full-length rows padded into micro-batches (every
+    token real, so attention needs no mask), checkpointing and bf16 compute on the GPU, no entropy term."""
+    from or1.plan import memory
+    from or1.plan.model import ModelShape
+
+    model = ModelShape.from_config({**shape, "model_type": "qwen2"}, "gpu_check")
+    _, prompt, response, micro = work
+    c = 2 if on_gpu else 4
+    window = memory.Window(
+        tokens=micro * (prompt + response), logits=micro * (response + 1), scored=micro * response, mask=0
+    )
+    state = memory.ShardState.of(model, world=1)
+    saved = memory.saved_activations(
+        model,
+        window,
+        compute_bytes=c,
+        checkpointing=on_gpu,
+        entropy_grad=False,
+        kv_saved_heads=model.kv_heads,
+    )
+    total = (
+        state.parameters
+        + state.gradients
+        + state.optimizer
+        + memory.gathered_bytes(model, c)
+        + saved.total
+        + memory.backward_extra(model, window, compute_bytes=c)
+    )
+    return total / 2**30
+
+
+def planned_rollout_gib(shape: dict, utilization: float, device_bytes: int) -> float:
+    """`or1 plan`'s vLLM share during generation: gpu_memory_utilization of the GPU (weights, workspace, KV cache);
+    the actor is offloaded."""
+    return utilization * device_bytes / 2**30
 
 
 def check_shape(name: str, dry_run: bool, peak_tflops: float | None, engines: list[str]) -> dict:
@@ -186,6 +228,7 @@ def check_shape(name: str, dry_run: bool, peak_tflops: float | None, engines: li
         seconds = statistics.median(times)
         row["update_tok_s"] = tokens / seconds
         row["update_peak_gib"] = peak_memory_gib(device)
+        row["update_plan_gib"] = planned_update_gib(shape, work["update"], on_gpu)
         flops = model_flops_per_token(shape, row["parameters"], prompt + response) * tokens / seconds
         peak = peak_tflops or next((v for k, v in PEAK_TFLOPS.items() if on_gpu and k in row["device"]), None)
         row["update_tflops"] = flops / 1e12
@@ -201,6 +244,9 @@ def check_shape(name: str, dry_run: bool, peak_tflops: float | None, engines: li
             row |= rollout_phase(
                 kind, folder, actor, settings, prompts, sampling, device, shape["max_position_embeddings"]
             )
+        if on_gpu and "vllm" in engines:
+            total = torch.cuda.get_device_properties(device).total_memory
+            row["vllm_plan_gib"] = planned_rollout_gib(shape, VLLM_UTILIZATION, total)
         dist.destroy_process_group()
     return row
 
@@ -222,7 +268,7 @@ def build_engine(kind: str, folder: Path, settings, device: torch.device, max_po
         dtype=settings.compute_dtype,
         max_model_len=min(512, max_positions),  # the GPU's 32-token prompts and 256 new tokens fit
         seed=0,
-        gpu_memory_utilization=0.3,
+        gpu_memory_utilization=VLLM_UTILIZATION,
         distributed=True,  # as in training: the engine joins the rank's torch.distributed world
     )
 
@@ -284,8 +330,8 @@ def print_table(rows: list[dict]) -> None:
     for r in rows:
         print(
             f"{r['shape']} ({r['parameters'] / 1e6:.0f}M params, {r['device']}): update {r['update_tok_s']:.0f} tok/s, "
-            f"{r['update_tflops']:.1f} TFLOP/s, MFU {fmt(r['mfu'], '.1%')}, peak {r['update_peak_gib']:.2f} GiB; "
-            f"old log-probs {r['log_prob_tok_s']:.0f} tok/s"
+            f"{r['update_tflops']:.1f} TFLOP/s, MFU {fmt(r['mfu'], '.1%')}, peak {r['update_peak_gib']:.2f} GiB "
+            f"(or1 plan: {r['update_plan_gib']:.2f} GiB); old log-probs {r['log_prob_tok_s']:.0f} tok/s"
         )
         for kind in ("hf", "vllm"):
             if f"{kind}_rollout_tok_s" in r:
@@ -294,6 +340,11 @@ def print_table(rows: list[dict]) -> None:
                     f"{r[f'{kind}_push_s_per_gib']:.2f} s/GiB ({r[f'{kind}_pushed_gib']:.2f} GiB), actor offload "
                     f"{r[f'{kind}_offload_s']:.2f} s / onload {r[f'{kind}_onload_s']:.2f} s, peak "
                     f"{r[f'{kind}_peak_gib']:.2f} GiB"
+                    + (
+                        f" (or1 plan: vLLM's share {r['vllm_plan_gib']:.2f} GiB)"
+                        if kind == "vllm" and "vllm_plan_gib" in r
+                        else ""
+                    )
                 )
 
 

@@ -51,3 +51,14 @@ def test_dry_run_goes_through_both_engines_on_the_cpu():
         assert row[f"{kind}_pushed_gib"] == pytest.approx(PARAMETERS * 4 / 2**30, rel=1e-9)
         assert row[f"{kind}_push_s_per_gib"] > 0
     assert "dry (0M params, cpu): update" in done.stdout and "  vllm: rollout" in done.stdout
+    assert row["update_plan_gib"] > 0 and "(or1 plan: " in done.stdout
+
+
+def test_plan_prediction_is_beside_the_measured_peak():
+    """The update's planned peak, from or1.plan's own terms, for the dry shape's float32 CPU settings."""
+    gpu_check = load_script()
+    planned = gpu_check.planned_update_gib(
+        gpu_check.SHAPES["dry"], gpu_check.DRY_WORK["update"], on_gpu=False
+    )
+    # float32 parameters, gradients and two Adam moments alone are 16 bytes a parameter
+    assert planned > 16 * PARAMETERS / 2**30

@@ -201,6 +201,13 @@ def train(
     allow_config_change: Annotated[
         bool, typer.Option(help="Resume even though settings differ from the stage's saved config.yaml.")
     ] = False,
+    gpu_memory: Annotated[
+        float | None,
+        typer.Option(help="Plan the memory check for GPUs of this many GiB (default: the visible GPU's)."),
+    ] = None,
+    plan_check: Annotated[
+        bool, typer.Option(help="Refuse a stage whose planned GPU memory exceeds the GPU's (or1 plan).")
+    ] = True,
 ) -> None:
     """Train a stage of a recipe (or all remaining ones) with GRPO / MAGIC: Ray worker groups, FSDP2.
 
@@ -217,7 +224,38 @@ def train(
         ray_address,
         overwrite=overwrite,
         allow_config_change=allow_config_change,
+        gpu_memory=gpu_memory,
+        plan_check=plan_check,
     )
+
+
+@app.command("plan")
+@user_errors
+def plan_command(
+    recipe: RecipeOpt,
+    stage: Annotated[
+        str, typer.Option("--stage", "-s", help="Stage number (1-based), name, or all.")
+    ] = "all",
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            help="GPUs per node and their memory in GiB, e.g. 8xH100-80GB (default: the visible GPU's "
+            "memory, else 80 GiB, times the recipe's devices_per_node)."
+        ),
+    ] = None,
+    nodes: Annotated[int | None, typer.Option(help="Nodes (default: the recipe's trainer.nnodes).")] = None,
+    model_config: Annotated[
+        Path | None,
+        typer.Option(
+            help="The model's config.json (default: model.path's, from its folder or the HF cache)."
+        ),
+    ] = None,
+    overrides: SetOpt = None,
+) -> None:
+    """Per-GPU memory of each phase of each stage, whether it fits, and the smallest change that makes it fit."""
+    from or1.plan.report import plan_recipe
+
+    typer.echo(plan_recipe(recipe, stage, overrides or [], gpus=gpus, nodes=nodes, model_config=model_config))
 
 
 @app.command()

@@ -110,6 +110,20 @@ def test_as_released_recipes_follow_the_released_scripts(recipe):
         assert config.rollout.tensor_parallel_size == SCRIPT_TP[recipe.rsplit("-", 1)[1]]
 
 
+@pytest.mark.parametrize("recipe", sorted(p.stem for p in RECIPES_DIR.glob("or1-*.yaml")))
+def test_real_recipes_use_the_released_memory_settings(recipe):
+    # Every released script: enable_gradient_checkpointing=True, use_remove_padding=True, use_dynamic_bsz=True with
+    # ppo_max_token_len_per_gpu = (prompt + response + 1000) / SP; 32B offloads parameters, gradients and optimizer
+    # (or1: actor.fsdp_cpu_offload, which `or1 plan` needs for 32B on one node of 8 x 80 GB, tests/plan).
+    for stage in range(1, len(stage_names(load_recipe(recipe)[1])) + 1):
+        config = resolve(recipe, stage)
+        actor = config.actor
+        assert config.model.gradient_checkpointing and actor.remove_padding
+        seq = config.data.max_prompt_length + config.rollout.max_response_length
+        assert actor.max_tokens_per_micro_batch == -(-(seq + 1000) // actor.sequence_parallel_size)
+        assert actor.fsdp_cpu_offload == ("32b" in recipe) and config.trainer.nnodes == 1
+
+
 @pytest.mark.parametrize("recipe", AS_RELEASED)
 def test_the_papers_entropy_control_is_one_override_away(recipe):
     # The paper (section on adaptive entropy control): delta 0.005, no upper bound, the switch of step k uses e_k.
@@ -216,12 +230,13 @@ def test_gpu_recipes_build_their_fsdp_policies(recipe):
             "bfloat16",
             "bfloat16",
         )
-        assert settings.offload and not settings.fsdp_cpu_offload
+        assert settings.offload
+        assert settings.fsdp_cpu_offload == config.actor.fsdp_cpu_offload == recipe.startswith("or1-32b")
         assert settings.gradient_checkpointing == config.model.gradient_checkpointing
         policies = fsdp_policies(settings)
-        assert policies == {
-            "mp_policy": MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
-        }
+        mp = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32)
+        assert policies["mp_policy"] == mp
+        assert ("offload_policy" in policies) == settings.fsdp_cpu_offload
         pinned = fsdp_policies(
             TrainSettings.from_config(resolve(recipe, stage, ["actor.fsdp_cpu_offload=true"]), device="cuda")
         )

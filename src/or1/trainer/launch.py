@@ -12,7 +12,8 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from or1.config.loading import load_recipe, resolve, stage_names
-from or1.preflight import check_cpu_inputs, check_train
+from or1.plan.gate import check_fits
+from or1.preflight import check_cpu_inputs, check_train, uses_gpu
 from or1.stop import StopFlag
 
 
@@ -26,11 +27,17 @@ def launch_train(
     *,
     overwrite: bool,
     allow_config_change: bool,
+    gpu_memory: float | None = None,
+    plan_check: bool = True,
 ) -> None:
     """Check, start Ray and train `stage` (a number, a name, or all); run_train repeats the checks, then checks what
-    needs torch."""
+    needs torch. With `plan_check`, a stage whose planned GPU memory exceeds the GPU's (`gpu_memory` GiB, else the
+    visible GPU's) is refused here, before Ray or any worker starts."""
     cfg = resolve(recipe, "1" if stage == "all" else stage, overrides)
     check_train(cfg, run_dir, ray_address)
+    if plan_check and (gpu_memory is not None or uses_gpu(cfg)):
+        for name in _stages(recipe, stage):  # each stage this command runs must fit before anything starts
+            check_fits(resolve(recipe, name, overrides), gpu_memory)
     check_cpu_inputs(cfg)
     stop = StopFlag()
     with stop.watching():  # from here a Ctrl-C / SIGTERM, even during start-up, stops cleanly

@@ -1,0 +1,199 @@
+"""Bytes of each thing a rank holds, from a model's shape: FSDP2 shards, saved activations, vLLM weights and KV cache.
+
+Pure arithmetic, each term one line with the tensor it stands for, so a measurement can be held against it term by
+term. The activation terms follow what autograd saves in a Hugging Face Llama / Qwen2 block (measured with
+`torch.autograd.graph.saved_tensors_hooks` in tests/plan): each RMS norm keeps its float32 input, its normalised
+output and the scaled output (compute dtype) and one float32 per token; attention keeps the rotated queries and
+keys, the values, its output and a float32 log-sum-exp per head; the gated MLP keeps four intermediate-wide tensors.
+With activation checkpointing a block keeps only its input. The logits part follows `or1.algos.losses`: float32
+copies of the kept positions' logits (one for the log-probs, three for an entropy term with a gradient), or, when
+the logits are too large for one slice (`LOGIT_SLICE_ELEMENTS`), the compute-dtype logits themselves.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from or1.plan.model import ModelShape, numel
+
+GIB = 2**30
+FLOAT32 = 4
+INT64 = 8
+# or1.algos.losses slices the logits along time so one float32 [rows, slice, vocab] temporary holds at most this many
+# elements (kept equal to its _MAX_CHUNK_ELEMENTS; tests/plan checks they agree)
+LOGIT_SLICE_ELEMENTS = 2**26
+VOCAB_PADDING = (
+    64  # vLLM pads the vocabulary to a multiple of this before splitting it over tensor-parallel ranks
+)
+
+
+# ---- FSDP2 ---------------------------------------------------------------------------------------------------------
+def shard_bytes(shape: ModelShape, world: int, dtype_bytes: int = FLOAT32) -> int:
+    """One rank's share of every parameter (FSDP2 splits dim 0 into `world` chunks; rank 0's is the largest)."""
+    return sum(math.ceil(s[0] / world) * (numel(s) // s[0]) * dtype_bytes for s in shape.parameter_shapes())
+
+
+@dataclass(frozen=True)
+class ShardState:
+    """What a training rank keeps between passes: float32 master parameters, their gradients, AdamW's two moments."""
+
+    parameters: int
+    gradients: int
+    optimizer: int
+
+    @classmethod
+    def of(cls, shape: ModelShape, world: int) -> ShardState:
+        params = shard_bytes(shape, world)
+        return cls(parameters=params, gradients=params, optimizer=2 * params)
+
+
+def gathered_bytes(shape: ModelShape, compute_bytes: int) -> int:
+    """Unsharded parameters during a forward / backward: the root unit (embedding, head) stays gathered through the
+    pass, plus a block being computed and the next one prefetched, plus one block's float32 gradients on their way to
+    the reduce-scatter."""
+    return (
+        compute_bytes * (shape.root_parameters + 2 * shape.layer_parameters)
+        + FLOAT32 * shape.layer_parameters
+    )
+
+
+# ---- activations ---------------------------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Window:
+    """One micro-batch as one rank's model sees it.
+
+    tokens: positions through the decoder on this rank; logits: positions whose logits the head computes; scored:
+    positions whose log-probs (and entropy) are computed; mask: elements of the boolean attention mask (rows x
+    width^2, or the whole packed row squared under sequence parallelism), 0 when attention needs none.
+    """
+
+    tokens: int
+    logits: int
+    scored: int
+    mask: int = 0
+
+
+@dataclass(frozen=True)
+class Activations:
+    """Saved-for-backward bytes of one micro-batch, by part."""
+
+    blocks: int
+    logits: int
+    other: int  # token ids, rotary tables, final norm, the head's input, the attention mask
+
+    @property
+    def total(self) -> int:
+        return self.blocks + self.logits + self.other
+
+
+def block_bytes_per_token(
+    shape: ModelShape, compute_bytes: int, kv_saved_heads: int | None = None, extra_copy: bool = False
+) -> int:
+    """Saved bytes per token of one decoder block without checkpointing. `kv_saved_heads`: heads of the keys and
+    values attention keeps (the model's key/value heads, or all heads where they are repeated for the kernel);
+    `extra_copy`: the attention output is copied once more before the output projection (Ulysses)."""
+    c, h, q = compute_bytes, shape.hidden, shape.heads * shape.head_dim
+    kv = (shape.kv_heads if kv_saved_heads is None else kv_saved_heads) * shape.head_dim
+    norm = FLOAT32 * h + 2 * c * h + FLOAT32  # float32 input, normalised and scaled outputs, 1/rms
+    attention = c * (q + 2 * kv + q + (q if extra_copy else 0)) + FLOAT32 * shape.heads  # q, k, v, out, lse
+    mlp = 4 * c * shape.intermediate  # gate, silu(gate), up, their product
+    return 2 * norm + attention + mlp
+
+
+def logits_sliced(shape: ModelShape, window: Window) -> bool:
+    """Whether or1.algos.losses slices these logits along time (then checkpointing each slice)."""
+    return window.scored * shape.vocab > LOGIT_SLICE_ELEMENTS
+
+
+def saved_activations(
+    shape: ModelShape,
+    window: Window,
+    *,
+    compute_bytes: int,
+    checkpointing: bool,
+    entropy_grad: bool,
+    kv_saved_heads: int | None = None,
+    extra_copy: bool = False,
+) -> Activations:
+    """Bytes autograd keeps from one micro-batch's forward until its backward."""
+    c, t = compute_bytes, window.tokens
+    if checkpointing:
+        blocks = shape.layers * t * shape.hidden * c  # each block's input, recomputed from in backward
+        mask = window.mask  # the boolean mask, an input of every checkpointed block
+    else:
+        blocks = shape.layers * t * block_bytes_per_token(shape, c, kv_saved_heads, extra_copy)
+        mask = shape.layers * window.mask * c  # sdpa turns the boolean mask into an additive one per block
+    if logits_sliced(shape, window):
+        logits = window.logits * shape.vocab * c  # held by the checkpointed slices
+    else:
+        copies = 1 + (3 if entropy_grad else 0)  # log-prob z; entropy: z, finite z, softmax
+        lse = 1 + (1 if entropy_grad else 0)  # one float32 log-sum-exp per position and term
+        logits = window.scored * FLOAT32 * (shape.vocab * copies + lse)
+    other = (
+        t * INT64  # token ids (the embedding's backward)
+        + 2 * t * shape.head_dim * c  # rotary cos / sin
+        + t * (FLOAT32 * shape.hidden + c * shape.hidden + FLOAT32)  # final norm
+        + window.logits * shape.hidden * c  # the head's input
+        + mask
+    )
+    return Activations(blocks=blocks, logits=logits, other=other)
+
+
+def backward_extra(shape: ModelShape, window: Window, *, compute_bytes: int) -> int:
+    """Transient bytes on top of the saved activations at the backward's peak: the logits' gradient, one block's
+    activations (recomputed under checkpointing, or its gradients in flight) and a float32 logit slice's
+    temporaries."""
+    c = compute_bytes
+    slice_rows = min(window.scored, max(1, LOGIT_SLICE_ELEMENTS // shape.vocab))
+    return (
+        window.logits * shape.vocab * c
+        + window.tokens * block_bytes_per_token(shape, c)
+        + window.mask * c  # that block's additive mask
+        + 4 * slice_rows * shape.vocab * FLOAT32
+    )
+
+
+def inference_bytes(shape: ModelShape, window: Window, *, compute_bytes: int) -> int:
+    """Peak transient bytes of a no-grad pass (old log-probs): logits, one block's temporaries, a logit slice."""
+    c = compute_bytes
+    slice_rows = min(window.scored, max(1, LOGIT_SLICE_ELEMENTS // shape.vocab))
+    return (
+        window.logits * shape.vocab * c
+        + window.tokens * block_bytes_per_token(shape, c)
+        + 3 * slice_rows * shape.vocab * FLOAT32
+        + window.mask * (1 + c)  # the boolean mask and one block's additive copy
+    )
+
+
+# ---- vLLM ----------------------------------------------------------------------------------------------------------
+def kv_heads_per_rank(shape: ModelShape, tp: int) -> int:
+    """vLLM splits key/value heads over tensor-parallel ranks and replicates them when there are fewer than ranks."""
+    return max(1, shape.kv_heads // tp)
+
+
+def kv_bytes_per_token(shape: ModelShape, tp: int, compute_bytes: int) -> int:
+    """KV-cache bytes one token takes on one tensor-parallel rank: a key and a value per layer and local head."""
+    return 2 * shape.layers * kv_heads_per_rank(shape, tp) * shape.head_dim * compute_bytes
+
+
+def rollout_weight_bytes(shape: ModelShape, tp: int, compute_bytes: int) -> int:
+    """One tensor-parallel rank's weights in vLLM: projections split over the ranks (key / value heads replicated
+    when fewer than ranks), norms whole, the padded vocabulary split."""
+    h, d, i = shape.hidden, shape.head_dim, shape.intermediate
+    q = shape.heads * d // tp
+    kv = kv_heads_per_rank(shape, tp) * d
+    layer = 2 * q * h + 2 * kv * h + 3 * h * i // tp + 2 * h + ((q + 2 * kv) if shape.qkv_bias else 0)
+    vocab = math.ceil(shape.vocab / VOCAB_PADDING) * VOCAB_PADDING // tp
+    root = vocab * h * (1 if shape.tied else 2) + h
+    return compute_bytes * (shape.layers * layer + root)
+
+
+def rollout_workspace_bytes(
+    shape: ModelShape, tp: int, compute_bytes: int, batched_tokens: int, sequences: int
+) -> int:
+    """vLLM's profiled activation peak (an estimate): a forward of `batched_tokens` tokens (hidden-wide and
+    intermediate-wide temporaries) and the sampler's float32 logits and probabilities for `sequences` sequences."""
+    forward = batched_tokens * (4 * shape.hidden + 2 * shape.intermediate // tp) * compute_bytes
+    sampler = sequences * shape.vocab * FLOAT32 * 2
+    return forward + sampler

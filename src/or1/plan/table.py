@@ -1,0 +1,80 @@
+"""The plan as a person reads it: one table per stage (phases as rows, parts in GiB), a verdict, the fix."""
+
+from __future__ import annotations
+
+from or1.plan.advice import Advice
+from or1.plan.memory import GIB
+from or1.plan.stage import StagePlan
+
+# the parts shown as columns, in this order (a phase leaves out those it does not have)
+COLUMNS = (
+    "params",
+    "grads",
+    "adam",
+    "actor",
+    "gathered",
+    "activations",
+    "backward",
+    "vllm",
+    "vllm weights",
+    "vllm workspace",
+    "kv cache",
+    "critic",
+    "reserved",
+)
+
+
+def gib(n: int) -> str:
+    return f"{n / GIB:.1f}"
+
+
+def format_stage(plan: StagePlan, advice: Advice | None) -> str:
+    """The stage's table, its notes and verdict, and (when it does not fit) the smallest change that does."""
+    columns = [c for c in COLUMNS if any(c in p.parts for p in plan.phases)]
+    header = ["phase", *columns, "peak GiB"]
+    rows = [
+        [p.name, *(gib(p.parts[c]) if c in p.parts else "-" for c in columns), gib(p.peak)]
+        for p in plan.phases
+    ]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
+    lines = [f"stage {plan.stage} on {plan.device.label}: {plan.settings}"]
+    for row in [header, *rows]:
+        lines.append(
+            "  "
+            + "  ".join(
+                cell.ljust(w) if i == 0 else cell.rjust(w)
+                for i, (cell, w) in enumerate(zip(row, widths, strict=True))
+            )
+        )
+    lines += [f"  {note}" for note in plan.notes]
+    peak = plan.peak
+    lines.append(
+        f"  {'fits' if plan.fits else 'DOES NOT FIT'}: peak {gib(peak.peak)} GiB ({peak.name}) of "
+        f"{gib(plan.device.memory)} GiB per GPU"
+    )
+    lines += [f"  problem: {problem}" for problem in plan.problems]
+    if not plan.fits:
+        if advice is None:
+            lines.append(
+                "  no change tried fits (token budget, checkpointing, SP, TP, offload, up to 4x the nodes)"
+            )
+        else:
+            after = advice.plan.peak
+            lines.append(
+                f"  smallest change that fits: --set {' --set '.join(advice.sets)} "
+                f"(peak {gib(after.peak)} GiB, {after.name})"
+            )
+    return "\n".join(lines)
+
+
+def one_line(plan: StagePlan, advice: Advice | None) -> str:
+    """Why a stage cannot start, with the numbers and the fix, in one sentence (or1 train's refusal)."""
+    peak = plan.peak
+    reason = f"its {peak.name} phase needs {gib(peak.peak)} GiB per GPU of {gib(plan.device.memory)} GiB"
+    if plan.problems:
+        reason += f", and {plan.problems[0]}"
+    fix = f"pass --set {' --set '.join(advice.sets)}" if advice else "no setting tried makes it fit"
+    return (
+        f"stage {plan.stage} will not fit in GPU memory: {reason} ({plan.settings}); {fix}, see `or1 plan`, "
+        "or pass --no-plan-check to start anyway"
+    )

