@@ -5,17 +5,16 @@ import math
 import pytest
 import torch
 
+from or1.algos.aggregation import aggregate, loss_denominators
 from or1.algos.losses import (
     LossConfig,
-    aggregate,
     entropy_from_logits,
     kl_penalty,
-    loss_denominators,
     policy_loss,
-    ppo_clip_loss,
     token_log_probs,
     value_loss,
 )
+from or1.algos.policy_losses import ppo_clip_loss
 from or1.config.schema import (
     ActorConfig,
     AlgorithmConfig,
@@ -372,3 +371,16 @@ def test_loss_config_carries_dual_clip_and_the_norm_length():
         "seq-mean-token-sum-norm",
         float(config.rollout.max_response_length),
     )
+
+
+def test_policy_loss_uses_the_variant_the_config_names():
+    config = _run_config()
+    assert LossConfig.from_config(config).policy_loss == "ppo"
+    config.actor.policy_loss = "cispo"
+    cfg = LossConfig.from_config(config)
+    log_probs = torch.tensor([[-1.0, -2.0]], requires_grad=True)
+    old, adv, mask = torch.tensor([[-1.5, -2.0]]), torch.tensor([[1.0, 1.0]]), torch.tensor([[1, 1]])
+    loss, _ = policy_loss(log_probs, old, adv, mask, cfg)
+    loss.backward()
+    # CISPO: d/d logp of -sg(clip(r)) A logp / 2 tokens, r = e^0.5 clipped to 1.28 and e^0 = 1
+    close(log_probs.grad, [[-1.28 / 2, -1.0 / 2]])

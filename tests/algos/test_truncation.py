@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from or1.algos.advantages import grpo_advantages
-from or1.algos.truncation import apply_truncation_policy
+from or1.algos.truncation import apply_truncation_policy, overlong_penalty
 
 REWARDS = torch.tensor([1.0, 1.0, 0.0, 1.0])
 TRUNC = torch.tensor([False, True, True, False])
@@ -37,3 +37,11 @@ def test_unknown_policy_and_shape_errors():
         apply_truncation_policy(REWARDS, TRUNC, MASK, "drop")  # type: ignore[arg-type]
     with pytest.raises(ValueError, match="shapes"):
         apply_truncation_policy(REWARDS, TRUNC[:2], MASK, "mask")
+
+
+def test_dapo_overlong_penalty_by_hand():
+    # budget 20, buffer 4: no penalty up to 16 tokens, then -1/4 per token (x penalty 0.5), -0.5 at the budget
+    lengths = torch.tensor([10, 16, 17, 18, 20])
+    penalty = overlong_penalty(lengths, budget=20, buffer=4, penalty=0.5)
+    torch.testing.assert_close(penalty, torch.tensor([0.0, 0.0, -0.125, -0.25, -0.5]))
+    assert torch.equal(overlong_penalty(lengths, budget=20, buffer=0, penalty=1.0), torch.zeros(5))

@@ -182,6 +182,7 @@ TINY_GPU_CHANGES = {
     "actor.offload": (False, True),
     "trainer.devices_per_node": (2, 1),
     "trainer.device": ("cpu", "cuda"),
+    "algorithm.rollout_correction.is_level": ("off", "token"),  # a bfloat16 sampler beside float32 weights
 }
 
 

@@ -220,3 +220,32 @@ def test_a_checkpoint_before_the_first_step_leaves_that_step_alone(tmp_path: Pat
     for name, value in params["straight"].items():
         torch.testing.assert_close(params["saved"][name], value, atol=0, rtol=0)
         torch.testing.assert_close(params["loaded"][name], value, atol=0, rtol=0)
+
+
+def _on_policy_rank(rank: int, world: int, init_file: str, model_dir: str, sp: int, out_dir: str) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    engine = FSDPTrainEngine(model_dir, TrainSettings(lr=LR, micro_batch_size=3, sequence_parallel_size=sp))
+    batch = make_batch(8).chunk(world)[rank]
+    before = engine.log_probs(batch, temperature=1.0).tensors["log_probs"]
+    engine.train_step(batch.drop(["old_log_probs"]), LossConfig(), temperature=1.0)
+    torch.save((before, engine.on_policy_log_probs), Path(out_dir) / f"rank{rank}.pt")
+    dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("sp", [1, 2])
+def test_an_on_policy_update_keeps_the_old_log_probs_of_its_own_rows(
+    tmp_path: Path, model_dir: Path, sp: int
+):
+    """What the sampler-mismatch metrics read after a fused update: each rank's rows, as a log-prob pass gives them
+    (2 data-parallel ranks, or one sequence-parallel group pooling both shares)."""
+    mp.spawn(
+        _on_policy_rank,
+        args=(2, str(tmp_path / "pg"), str(model_dir), sp, str(tmp_path)),
+        nprocs=2,
+        join=True,
+    )
+    for rank in range(2):
+        before, kept = torch.load(tmp_path / f"rank{rank}.pt")
+        assert kept.shape == before.shape == (4, RESPONSE_W)
+        torch.testing.assert_close(kept, before, atol=1e-5, rtol=0)

@@ -224,3 +224,13 @@ def test_bad_sampling_is_a_user_error(world):
         engine.generate_ids(prompts, SamplingParams(top_p=0.0))
     with pytest.raises(UserError):
         engine.generate_ids([[]], SamplingParams())
+
+
+def test_score_ids_is_the_sampled_distributions_log_prob_at_temperature_one(world):
+    model, tokenizer, prompts = world
+    engine = HFRolloutEngine(model, tokenizer)
+    ids = prompts[0]
+    with torch.no_grad():
+        expected = model(torch.tensor([ids])).logits[0, :-1].log_softmax(-1)
+    expected = expected.gather(-1, torch.tensor(ids[1:])[:, None]).squeeze(-1)
+    torch.testing.assert_close(torch.tensor(engine.score_ids(ids)), expected, atol=1e-5, rtol=0)

@@ -67,6 +67,13 @@ def test_sampled_log_probs_equal_the_recomputed_ones(engine, model_dir, prompts,
     assert worst <= 1e-4
 
 
+def test_score_ids_equals_the_recomputed_log_probs(engine, model_dir, prompts):
+    """The weights push's self-test scores its probe with vLLM's prompt log-probs: the model's, at temperature 1."""
+    ids = prompts[0] + prompts[1]
+    expected = recomputed_log_probs(load_causal_lm(model_dir), ids[:1], ids[1:], 1.0)
+    torch.testing.assert_close(torch.tensor(engine.score_ids(ids)), expected, atol=1e-4, rtol=0)
+
+
 def test_seeded_generation_is_reproducible_and_seeds_matter(engine, prompts):
     sampling = SamplingParams(n=4, temperature=1.0, max_response_length=16, seed=11)
     first = engine.generate_ids(prompts, sampling).responses

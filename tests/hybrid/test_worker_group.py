@@ -72,6 +72,10 @@ class Toy(Worker):
             raise ValueError(f"boom from rank {self.rank}")
         return self.rank
 
+    @register(Dispatch.ONE_TO_ALL)
+    def refuse(self) -> None:
+        raise UserError("set toy.offset to a number the toy likes")
+
     def not_registered(self) -> None:
         pass
 
@@ -137,6 +141,13 @@ def test_worker_exception_names_group_rank_method_and_remote_error(group):
     ):
         group.fail(1)
     assert group.fail(5) == [0, 1]  # the group stays usable after a method raised
+
+
+def test_a_workers_user_error_stays_one_user_error_line(group):
+    with pytest.raises(
+        UserError, match=r"^set toy.offset .* likes \(worker group 'toy' rank \d, refuse\(\)\)$"
+    ):
+        group.refuse()
 
 
 def test_disagreeing_rank_results_name_the_group_and_method(group):

@@ -174,6 +174,17 @@ def test_gae_run_adds_the_value_loss(tmp_path: Path) -> None:
     assert "value_loss" in write_report(run).figures
 
 
+def test_a_run_with_mismatch_metrics_draws_the_sampler_gap(tmp_path: Path) -> None:
+    run = tmp_path / "mismatch"
+    write_stage(run, 1, 6, 48, [0.2] * 6, (0.4, 0.45))
+    metrics = run / "stage1" / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    for row in rows:
+        row.update({"mismatch/abs_diff_mean": 1e-3, "mismatch/abs_diff_max": 0.2, "mismatch/k3_kl": 3e-5})
+    metrics.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    assert "mismatch" in write_report(run).figures
+
+
 def test_cli_report_and_its_user_error(finished_run: Path, tmp_path: Path) -> None:
     runner = CliRunner()
     done = runner.invoke(app, ["report", str(finished_run)])

@@ -15,9 +15,11 @@ from or1.trainer.phases import (
     balance_ranks,
     fuses_old_log_prob,
     rejection_sample,
+    rollout_correction,
     rollout_entropy,
     rollout_metrics,
     sampled_entropy,
+    sampler_mismatch,
     truncation_policy,
 )
 
@@ -116,6 +118,32 @@ def test_the_old_log_prob_pass_is_fused_only_where_it_is_exact() -> None:
     assert fuses(["rollout.top_p=0.9"])  # repository timing: alpha_k does not depend on e_k
     assert not fuses(["rollout.engine=vllm", "rollout.temperature=0.8"], paper)
     assert fuses(["rollout.engine=vllm"], paper)
+    # a rollout correction weighs the update by pi_old / pi_sampler: pi_old is needed before the update
+    assert not fuses(["algorithm.rollout_correction.is_level=token"])
+    assert not fuses(["algorithm.rollout_correction.rejection=geometric"])
+
+
+def test_dapo_overlong_penalty_adds_to_the_truncation_policy() -> None:
+    # width 4 is the budget; buffer 2: lengths 2, 3, 4 get 0, -0.5, -1 (x penalty 0.5); truncated scores 0 first
+    batch = scored_batch([1, 1, 1], [False, False, True], ["a", "a", "a"])
+    algorithm = AlgorithmConfig(overlong={"buffer": 2, "penalty": 0.5})
+    assert truncation_policy(batch, algorithm).tensors["rewards"].tolist() == [1.0, 0.75, -0.5]
+
+
+def test_mismatch_metrics_per_ability_and_the_correction_phase() -> None:
+    batch = scored_batch([1, 0, 1, 0], [False] * 4, ["a", "a", "b", "b"])
+    mask = batch.tensors["response_mask"].float()
+    rollout = batch.tensors["old_log_probs"] - torch.tensor([[0.0], [0.0], [1.0], [0.1]]) * mask
+    batch = batch.union(Batch({"rollout_log_probs": rollout}, {"ability": ["math", "math", "code", "code"]}))
+    algorithm = AlgorithmConfig(rollout_correction={"is_level": "token", "is_cap": 2.0})
+    m = sampler_mismatch(batch, algorithm)
+    assert m["mismatch/math/abs_diff_max"] == 0.0 and m["mismatch/code/abs_diff_max"] == pytest.approx(1.0)
+    assert m["mismatch/code/past_threshold_frac"] == pytest.approx(4 / 6)  # row 2's 4 tokens of the 6 of code
+    corrected, metrics = rollout_correction(batch, algorithm)
+    weights = corrected.tensors["rollout_is_weights"]
+    assert weights[2, 0] == 2.0 and weights[3, 0] == pytest.approx(torch.e**0.1) and weights[0, 0] == 1.0
+    assert metrics["mismatch/is_truncated_frac"] > 0
+    assert rollout_correction(batch, AlgorithmConfig())[0] is batch  # off: untouched
 
 
 def test_rollout_entropy_reads_the_samplers_log_probs() -> None:

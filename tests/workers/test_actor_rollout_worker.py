@@ -9,7 +9,8 @@ import pytest
 import torch
 
 from or1.config.loading import resolve
-from or1.hybrid import ResourcePool, WorkerError, colocate, ray_session
+from or1.errors import UserError
+from or1.hybrid import ResourcePool, colocate, ray_session
 from or1.hybrid.columns import REWARD_COLUMNS
 from or1.tokens import load_tokenizer
 from or1.trainer.prompt_loader import PromptLoader
@@ -103,6 +104,7 @@ def test_generate_score_log_prob_update_roundtrip(groups, tmp_path: Path) -> Non
 def test_a_failing_worker_names_group_rank_and_method(
     ray_cluster, tiny_data_dir: Path, tmp_path: Path
 ) -> None:
+    """A mistake the user can fix, raised in a worker, reaches the controller as one UserError line."""
     missing = tmp_path / "no_model_here"
     cfg = config(missing, tiny_data_dir)
     roles = {
@@ -111,7 +113,8 @@ def test_a_failing_worker_names_group_rank_and_method(
     actor = colocate(ResourcePool(1, 2, use_gpu=False), roles, name="broken")["actor_rollout"]
     try:
         with pytest.raises(
-            WorkerError, match=r"broken/actor_rollout.*rank \d.*init_model\(\).*no_model_here"
+            UserError,
+            match=r"no_model_here.*\(worker group 'broken/actor_rollout' rank \d, init_model\(\)\)$",
         ):
             actor.init_model()
     finally:

@@ -91,6 +91,23 @@ class RolloutConfig(Section):
     tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor parallelism (GPU path).")
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1, description="vLLM KV-cache share of GPU memory.")
     cpu_kv_cache_gib: float = Field(1.0, gt=0, description="vLLM's KV-cache size per rank on CPU, in GiB.")
+    dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
+        None,
+        description="The rollout engine's weights and compute dtype; None: the actor's compute dtype (model.dtype "
+        "on a GPU, float32 on the CPU). A 16-bit sampler beside a float32 trainer is the mismatch "
+        "algorithm.rollout_correction measures and corrects.",
+    )
+    weight_sync_check: bool = Field(
+        True,
+        description="After every weights push, score a fixed probe of a few tokens with the rollout engine and the "
+        "actor and stop the run when they disagree (a push that left the engine on old weights).",
+    )
+    weight_sync_tolerance: float | None = Field(
+        None,
+        gt=0,
+        description="Largest mean |log-prob difference| on the probe that passes; None: 1e-3 when both sides are "
+        "float32, 0.1 when either is 16-bit (kernels and rounding differ by ~1e-2 there).",
+    )
 
 
 class OptimConfig(Section):
@@ -139,6 +156,13 @@ class ActorConfig(OptimConfig):
         gt=1,
         description="Dual-clip PPO bound for negative advantages (verl's default 3.0); None: off, as Skywork-OR1.",
     )
+    policy_loss: Literal["ppo", "gspo", "cispo"] = Field(
+        "ppo",
+        description="The policy-gradient term. ppo: per-token clipped ratio (Skywork-OR1); gspo: one ratio per "
+        "response, the geometric mean of its token ratios, clipped (paper bounds clip_ratio_low 3e-4, high 4e-4, "
+        "with loss_agg_mode seq-mean-token-mean); cispo: the clipped ratio as a detached weight on A * log pi, so "
+        "no token loses its gradient (clip_ratio_low 1.0 for no lower bound, as MiniMax-M1). Dual clip is PPO's.",
+    )
     loss_agg_mode: Literal[
         "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
     ] = Field(
@@ -149,7 +173,8 @@ class ActorConfig(OptimConfig):
     old_log_prob: Literal["auto", "recompute"] = Field(
         "auto",
         description="auto: when a batch gets exactly one optimizer step (ppo_mini_batch_size = batch_size, one "
-        "epoch, no KL in the reward), the update's own forward gives the old log-probs (detached: ratio 1, the same "
+        "epoch, no KL in the reward, no algorithm.rollout_correction), the update's own forward gives the old "
+        "log-probs (detached: ratio 1, the same "
         "loss and gradient), the entropy metrics and the entropy controller's e_k, saving a forward pass. Only where "
         "a step's entropy-bonus weight depends on its own e_k (entropy timing paper, coefficient > 0) is that "
         "weight's on/off switch read from the sampler's log-probs of the same tokens (the same weights: equal to "
@@ -211,6 +236,53 @@ class KLConfig(Section):
     )
 
 
+class RolloutCorrectionConfig(Section):
+    """Importance-sampling correction for a sampler unlike the trainer (verl's decoupled rollout correction).
+
+    rho_t = pi_old(y_t) / pi_sampler(y_t): the actor's probability of a sampled token over the rollout engine's.
+    The mismatch metrics (`mismatch/*`) are logged every step whether or not a correction is on. A correction needs
+    the actor's old log-probs before the update, so it runs the separate old-log-prob pass (actor.old_log_prob auto
+    then does not fuse it into the update).
+    """
+
+    is_level: Literal["off", "token", "sequence"] = Field(
+        "off",
+        description="Truncated importance sampling (TIS). token: each token's loss times min(rho_t, is_cap); "
+        "sequence: every token of a response times min(prod_t rho_t, is_cap).",
+    )
+    is_cap: float = Field(
+        2.0,
+        gt=1,
+        description="TIS cap (token level 1.5-5, sequence level 2-10); also the mismatch metrics' threshold.",
+    )
+    rejection: Literal["off", "token", "sequence", "geometric"] = Field(
+        "off",
+        description="Masked importance sampling (MIS): drop from the loss mask a token (token), or a whole response "
+        "(sequence: prod_t rho_t; geometric: exp(mean_t log rho_t)), whose ratio is outside [lower, upper]; "
+        "dropped tokens leave the loss's denominator too.",
+    )
+    rejection_upper: float = Field(
+        2.0,
+        gt=1,
+        description="MIS upper bound (geometric: tight, e.g. 1.001 rejects >0.1% mean per-token drift).",
+    )
+    rejection_lower: float | None = Field(
+        None, gt=0, lt=1, description="MIS lower bound; None: 1 / rejection_upper."
+    )
+
+
+class OverlongConfig(Section):
+    """DAPO's overlong reward shaping: a soft penalty for responses near the budget, added to the reward."""
+
+    buffer: int = Field(
+        0,
+        ge=0,
+        description="Last tokens of rollout.max_response_length over which the penalty grows linearly from 0 to "
+        "-penalty (DAPO: 4096 of 20480); 0: off. Applies beside the `truncated` policy.",
+    )
+    penalty: float = Field(1.0, ge=0, description="The penalty at the full budget (DAPO: 1.0).")
+
+
 class AlgorithmConfig(Section):
     advantage: Literal["grpo", "rloo", "gae"] = "grpo"
     norm_adv_by_std: bool = Field(True, description="GRPO: divide by the group's reward std (+1e-6).")
@@ -226,6 +298,8 @@ class AlgorithmConfig(Section):
     online_filter_threshold: float = Field(
         1.0, gt=0, le=1, description="Drop a prompt when its solve rate over the previous stage is >= this."
     )
+    overlong: OverlongConfig = Field(default_factory=OverlongConfig)
+    rollout_correction: RolloutCorrectionConfig = Field(default_factory=RolloutCorrectionConfig)
     entropy: EntropyControlConfig = Field(default_factory=EntropyControlConfig)
     kl: KLConfig = Field(default_factory=KLConfig)
 
@@ -328,6 +402,11 @@ class RunConfig(Section):
                     f"{role}.sequence_parallel_size ({sp}) must divide the world size "
                     f"(trainer.nnodes x trainer.devices_per_node = {self.world_size})"
                 )
+        if self.algorithm.overlong.buffer > self.rollout.max_response_length:
+            raise ValueError(
+                f"algorithm.overlong.buffer ({self.algorithm.overlong.buffer}) exceeds rollout.max_response_length "
+                f"({self.rollout.max_response_length})"
+            )
         if (self.critic.ppo_mini_batch_size or 0) > self.trainer.batch_size:
             raise ValueError(
                 f"critic.ppo_mini_batch_size ({self.critic.ppo_mini_batch_size}) exceeds "

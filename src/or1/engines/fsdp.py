@@ -51,15 +51,8 @@ from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
 from transformers import PreTrainedModel
 
-from or1.algos.losses import (
-    LossConfig,
-    entropy_from_logits,
-    loss_denominators,
-    masked_mean,
-    policy_loss,
-    token_log_probs,
-    value_loss,
-)
+from or1.algos.aggregation import loss_denominators, masked_mean
+from or1.algos.losses import LossConfig, entropy_from_logits, policy_loss, token_log_probs, value_loss
 from or1.engines import ulysses
 from or1.engines.attention import use_grouped_sdpa
 from or1.engines.loading import load_causal_lm, load_value_model
@@ -71,6 +64,7 @@ from or1.hybrid.columns import (
     ATTENTION_MASK,
     ENTROPY,
     INPUT_IDS,
+    IS_WEIGHTS,
     LOG_PROBS,
     OLD_LOG_PROBS,
     REF_LOG_PROBS,
@@ -480,6 +474,7 @@ class FSDPTrainEngine(FSDPEngine):
         super().__init__(
             load_causal_lm(model_path, dtype=DTYPES[settings.dtype]), settings, trainable=trainable
         )
+        self.on_policy_log_probs: torch.Tensor | None = None  # the last on-policy train_step's old log-probs
 
     def _forward(
         self,
@@ -531,6 +526,8 @@ class FSDPTrainEngine(FSDPEngine):
         are this forward's own, detached, which is what a separate pass with the same weights would give; the
         full-vocabulary `entropy` metric is then computed here in its place. The metric `sampled_entropy` is the
         mean negative log-prob of the loss tokens under the weights before the step (the entropy controller's e_k).
+        On-policy, those old log-probs [B, R] are kept in `on_policy_log_probs` (the sampler-mismatch metrics read
+        them); an `rollout_is_weights` column multiplies each token's policy-gradient loss.
         """
         on_policy = OLD_LOG_PROBS not in batch.tensors
         if on_policy and (self.settings.mini_batches, self.settings.epochs) != (1, 1):
@@ -539,10 +536,13 @@ class FSDPTrainEngine(FSDPEngine):
             )
         # the full-vocabulary entropy costs a pass over the logits; its graph only when it is in the loss
         need_entropy = entropy_coef != 0.0 or on_policy
+        old_parts: list[torch.Tensor] = []
 
         def micro_loss(micro: dict[str, torch.Tensor], num_tokens: float, num_seqs: float):
             log_probs, entropy = self._forward(micro, temperature, need_entropy, entropy_coef != 0.0)
             current = log_probs.detach()
+            if on_policy:
+                old_parts.append(current.cpu())
             loss, metrics = policy_loss(
                 log_probs,
                 current if on_policy else micro[OLD_LOG_PROBS],
@@ -552,13 +552,26 @@ class FSDPTrainEngine(FSDPEngine):
                 entropy=entropy,
                 entropy_coef=entropy_coef,
                 ref_log_probs=micro.get(REF_LOG_PROBS),
+                is_weights=micro.get(IS_WEIGHTS),
                 num_tokens=num_tokens,
                 num_seqs=num_seqs,
             )
             metrics["sampled_entropy"] = masked_mean(-current, micro[RESPONSE_MASK])
             return loss, metrics
 
-        return self._update(batch.tensors, micro_loss)
+        metrics = self._update(batch.tensors, micro_loss)
+        if on_policy:  # one mini-batch: its micro-batches in row order, padding micro-batches last
+            self.on_policy_log_probs = self._own_rows(torch.cat(old_parts), len(batch))
+        return metrics
+
+    def _own_rows(self, pooled: torch.Tensor, rows: int) -> torch.Tensor:
+        """This rank's `rows` of outputs computed over its SP group's pooled rows (all of them without SP)."""
+        if self.sp_group is None:
+            return pooled[:rows]
+        sizes: list[int | None] = [None] * self.sp
+        dist.all_gather_object(sizes, rows, group=self.sp_group)
+        start = sum(sizes[: dist.get_rank(self.sp_group)])
+        return pooled[start : start + rows]
 
 
 class FSDPCriticEngine(FSDPEngine):

@@ -117,6 +117,18 @@ class HFRolloutEngine:
             mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
         return tokens, [not s for s in stopped], token_log_probs
 
+    def score_ids(self, ids: list[int]) -> list[float]:
+        """Log-probs of ids[1:], each given the ids before it, at temperature 1 (one forward, float32 softmax)."""
+        was_training = self.model.training
+        self.model.eval()
+        try:
+            with torch.inference_mode():
+                tokens = torch.tensor([ids], device=self.model.device)
+                logits = self.model(input_ids=tokens, use_cache=False).logits[0, :-1].float()
+        finally:
+            self.model.train(was_training)
+        return logits.log_softmax(-1).gather(-1, tokens[0, 1:, None]).squeeze(-1).tolist()
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Copy named full tensors into the model in place (tied weights may arrive under either name)."""
         targets = self.model.state_dict(keep_vars=True)

@@ -63,6 +63,9 @@ class RolloutEngine(Protocol):
 
     def generate_ids(self, prompts: list[list[int]], sampling: SamplingParams) -> Generations: ...
 
+    def score_ids(self, ids: list[int]) -> list[float]:
+        """Log-probs of ids[1:], each given the ids before it, at temperature 1 (the weights push's self-test)."""
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Replace the weights in place from (HF name, full tensor) pairs, streamed one at a time."""
 

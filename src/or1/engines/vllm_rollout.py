@@ -89,6 +89,14 @@ class VLLMRolloutEngine:
             log_probs.append([step[token].logprob for step, token in zip(sample.logprobs, ids, strict=True)])
         return Generations(responses=responses, truncated=truncated, log_probs=log_probs)
 
+    def score_ids(self, ids: list[int]) -> list[float]:
+        """Log-probs of ids[1:], each given the ids before it, at temperature 1 (vLLM's prompt log-probs)."""
+        params = self.vllm.SamplingParams(
+            n=1, temperature=1.0, max_tokens=1, prompt_logprobs=0, detokenize=False, seed=0
+        )
+        out = self.llm.generate([vllm_compat.tokens_prompt(ids)], [params], use_tqdm=False)[0]
+        return [step[token].logprob for step, token in zip(out.prompt_logprobs[1:], ids[1:], strict=True)]
+
     def load_weights(self, weights: Iterable[tuple[str, torch.Tensor]]) -> None:
         """Replace the engine's weights in place from (HF name, full tensor) pairs; the prefix cache is reset."""
         vllm_compat.reload_weights(self.llm, weights)

@@ -37,6 +37,7 @@ OLD_LOG_PROBS = "old_log_probs"  # [B, R]
 REF_LOG_PROBS = "ref_log_probs"  # [B, R]
 VALUES = "values"  # [B, R]: the critic's
 ADVANTAGES = "advantages"  # [B, R]: on the controller (algos/advantages.py)
+IS_WEIGHTS = "rollout_is_weights"  # [B, R]: rollout-correction weights (algos/rollout_correction.py), when on
 RETURNS = "returns"  # [B, R]: the critic's targets
 
 # What a pass over the sequences needs (log-probs, values) and what each update adds to it

@@ -17,6 +17,7 @@ import ray
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
+from or1.errors import UserError
 from or1.hybrid.dispatch import Dispatch, collect, method_spec, split_call
 from or1.hybrid.resource_pool import ResourcePool
 from or1.hybrid.worker import Worker
@@ -67,6 +68,8 @@ def wait_all(group: str, method: str, refs: list[ray.ObjectRef], timeout_s: floa
         try:
             results[rank] = ray.get(done[0])
         except RayTaskError as e:
+            if isinstance(getattr(e, "cause", None), UserError):  # the user's to fix: one line, no restart
+                raise UserError(f"{e.cause} (worker group {group!r} rank {rank}, {method}())") from None
             raise WorkerError(group, rank, method, _last_line(str(e))) from e
         except RayActorError as e:
             detail = f"its actor process died ({type(e).__name__})"

@@ -41,7 +41,11 @@ def write_report(run_dir: Path | str) -> Report:
             drawn[panel.name] = (panel.title, path)
         else:
             path.unlink(missing_ok=True)  # an older report's figure would no longer match the files
-            if panel.name != "value_loss" or any(s.advantage == "gae" for s in run.stages):
+            # the value loss is a GAE figure; runs from before the mismatch metrics have none to draw
+            optional = panel.name == "mismatch" or (
+                panel.name == "value_loss" and not any(s.advantage == "gae" for s in run.stages)
+            )
+            if not optional:
                 missing.append(panel.name)
     figures = {name: path for name, (_, path) in drawn.items()}
     if run.stages and render_overview(run, plots / OVERVIEW_FILE):

@@ -201,6 +201,19 @@ def draw_value_loss(ax: Axes, run: RunFiles) -> bool:
     return drawn
 
 
+def draw_mismatch(ax: Axes, run: RunFiles) -> bool:
+    """The sampler / trainer gap per token (|log pi_actor - log pi_sampler|), on a log scale: ~1e-7 between two
+    float32 sides, orders of magnitude more for a 16-bit or vLLM sampler."""
+    window = window_for(run)
+    drawn = _line(ax, run, "mismatch/abs_diff_mean", "mean |log-prob gap|", "tab:purple", window)
+    drawn = _line(ax, run, "mismatch/abs_diff_max", "max |log-prob gap|", "tab:gray", window) or drawn
+    drawn = _line(ax, run, "mismatch/k3_kl", "k3 KL(sampler || actor)", "tab:olive", window) or drawn
+    if drawn:
+        ax.set_yscale("log")
+    ax.set_ylabel("nats per token")
+    return drawn
+
+
 def draw_online_filter(ax: Axes, run: RunFiles) -> bool:
     """Per stage: prompts it trained on and prompts the online filter dropped before it (summary.json)."""
     done = [s for s in run.stages if s.summary]
@@ -252,6 +265,7 @@ STEP_PANELS = (
     Panel("rejection", "Rejection sampling", draw_rejection),
     Panel("step_time", "Seconds per step by phase", draw_time),
     Panel("value_loss", "Critic value loss (GAE)", draw_value_loss),
+    Panel("mismatch", "Sampler vs trainer log-probs", draw_mismatch),
 )
 OTHER_PANELS = (
     Panel("online_filter", "Online filter: prompts per stage", draw_online_filter),

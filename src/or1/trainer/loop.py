@@ -19,9 +19,11 @@ from or1.errors import UserError
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import (
     CRITIC_COLUMNS,
+    IS_WEIGHTS,
     OLD_LOG_PROBS,
     PROMPT_KEY,
     REF_LOG_PROBS,
+    RESPONSE_MASK,
     REWARD_COLUMNS,
     REWARD_SECONDS,
     REWARDS,
@@ -39,9 +41,11 @@ from or1.trainer.phases import (
     fuses_old_log_prob,
     reason_counts,
     rejection_sample,
+    rollout_correction,
     rollout_entropy,
     rollout_metrics,
     sampled_entropy,
+    sampler_mismatch,
     step_metrics,
     truncation_policy,
 )
@@ -108,12 +112,16 @@ def train(t: Trainer) -> None:
             with timer("values"):
                 batch = batch.union(t.critic.compute_values(batch.only(SEQUENCE_COLUMNS)))
         batch = add_advantages(batch, algo)
+        batch, correction = rollout_correction(batch, algo)  # sampler unlike trainer: IS weights, rejection
         if fused:
             alpha = t.entropy.alpha_before(rollout_entropy(batch))
         else:
             alpha = t.entropy.step(sampled_entropy(batch))
+        columns = _update_columns(cfg, fused, batch)
         with timer("update"):
-            update = t.actor.update_actor(batch.only(_update_columns(cfg, fused)), entropy_coef=alpha)[0]
+            update = t.actor.update_actor(batch.only(columns), entropy_coef=alpha)[0]
+            if fused:  # the old log-probs the update's own forward took (the mismatch metrics read them)
+                batch = batch.union(t.actor.fused_old_log_probs(batch.only([RESPONSE_MASK])))
         if fused:  # e_k of the weights before the step, from the update's own forward
             t.entropy.step(update["sampled_entropy"], alpha=alpha)
         critic = {}
@@ -121,6 +129,7 @@ def train(t: Trainer) -> None:
             with timer("critic_update"):
                 critic = t.critic.update_critic(batch.only(CRITIC_COLUMNS))[0]
         metrics = step_metrics(sampled, rejection, batch, update, t.entropy.metrics(), timer.metrics())
+        metrics.update({**sampler_mismatch(batch, algo), **correction})
         _finish_step(t, step, {**metrics, **{f"critic/{k}": v for k, v in critic.items()}}, sampled)
 
 
@@ -192,9 +201,10 @@ def _finish_step(t: Trainer, step: int, metrics: dict[str, float], sampled: Batc
         save(t)
 
 
-def _update_columns(cfg: RunConfig, fused: bool) -> tuple[str, ...]:
+def _update_columns(cfg: RunConfig, fused: bool, batch: Batch) -> tuple[str, ...]:
     kl = cfg.algorithm.kl
     columns = tuple(c for c in UPDATE_COLUMNS if not (fused and c == OLD_LOG_PROBS))
+    columns = (*columns, IS_WEIGHTS) if IS_WEIGHTS in batch else columns
     return (*columns, REF_LOG_PROBS) if kl.enabled and not kl.in_reward else columns
 
 

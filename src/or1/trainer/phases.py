@@ -14,7 +14,8 @@ from or1.algos.advantages import AdvantageInputs, AdvantageParams, compute_advan
 from or1.algos.entropy_control import AdaptiveEntropyController, entropy_estimate
 from or1.algos.filters import RejectionStats, rejection_keep_indices
 from or1.algos.losses import kl_penalty
-from or1.algos.truncation import apply_truncation_policy
+from or1.algos.rollout_correction import CorrectionSettings, correct, mismatch_metrics
+from or1.algos.truncation import apply_truncation_policy, overlong_penalty
 from or1.config.schema import AlgorithmConfig, RunConfig
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import (
@@ -22,6 +23,7 @@ from or1.hybrid.columns import (
     ADVANTAGES,
     ATTENTION_MASK,
     ENTROPY,
+    IS_WEIGHTS,
     OLD_LOG_PROBS,
     REF_LOG_PROBS,
     RESPONSE_LENGTH,
@@ -39,13 +41,21 @@ from or1.hybrid.dispatch import balanced_order
 
 
 def truncation_policy(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
-    """`rewards` and the loss mask after the truncated-response policy (zero_reward or mask)."""
+    """`rewards` and the loss mask after the truncated-response policy (zero_reward or mask), plus DAPO's overlong
+    penalty when algorithm.overlong.buffer is set (the budget: the responses' padded width, what they were sampled
+    with)."""
     rewards, mask = apply_truncation_policy(
         batch.tensors[SCORES],
         batch.tensors[TRUNCATED],
         batch.tensors[RESPONSE_MASK],
         algorithm.truncated,
     )
+    overlong = algorithm.overlong
+    if overlong.buffer:
+        lengths, budget = batch.tensors[RESPONSE_LENGTH], batch.tensors[RESPONSE_MASK].shape[1]
+        rewards = rewards + overlong_penalty(lengths, budget, overlong.buffer, overlong.penalty).to(
+            rewards.dtype
+        )
     return Batch({**batch.tensors, REWARDS: rewards, RESPONSE_MASK: mask}, batch.non_tensor, batch.meta)
 
 
@@ -103,6 +113,38 @@ def add_advantages(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
     return batch.union(Batch({ADVANTAGES: advantages, RETURNS: returns}))
 
 
+def correction_settings(algorithm: AlgorithmConfig) -> CorrectionSettings:
+    c = algorithm.rollout_correction
+    return CorrectionSettings(c.is_level, c.is_cap, c.rejection, c.rejection_upper, c.rejection_lower)
+
+
+def rollout_correction(batch: Batch, algorithm: AlgorithmConfig) -> tuple[Batch, dict[str, float]]:
+    """The importance weights (`rollout_is_weights`) and the loss mask after rejection, from the old log-probs and
+    the sampler's; unchanged when algorithm.rollout_correction is off. Metrics under mismatch/."""
+    settings = correction_settings(algorithm)
+    if not settings.enabled:
+        return batch, {}
+    weights, mask, metrics = correct(
+        batch.tensors[OLD_LOG_PROBS], batch.tensors[ROLLOUT_LOG_PROBS], batch.tensors[RESPONSE_MASK], settings
+    )
+    tensors = {**batch.tensors, RESPONSE_MASK: mask} | ({IS_WEIGHTS: weights} if weights is not None else {})
+    return Batch(tensors, batch.non_tensor, batch.meta), {f"mismatch/{k}": v for k, v in metrics.items()}
+
+
+def sampler_mismatch(batch: Batch, algorithm: AlgorithmConfig) -> dict[str, float]:
+    """How far the sampler's log-probs are from the actor's old ones on the loss tokens, overall and per ability
+    (mismatch/<metric>, mismatch/<ability>/<metric>); the threshold is rollout_correction.is_cap."""
+    groups = [str(a) for a in batch.non_tensor[ABILITY]] if ABILITY in batch.non_tensor else None
+    metrics = mismatch_metrics(
+        batch.tensors[OLD_LOG_PROBS],
+        batch.tensors[ROLLOUT_LOG_PROBS],
+        batch.tensors[RESPONSE_MASK],
+        algorithm.rollout_correction.is_cap,
+        groups,
+    )
+    return {f"mismatch/{k}": v for k, v in metrics.items()}
+
+
 def sampled_entropy(batch: Batch) -> float:
     """MAGIC's entropy estimate e_k: mean negative log-prob of the sampled (loss) tokens of the step's batch."""
     return entropy_estimate(batch.tensors[OLD_LOG_PROBS], batch.tensors[RESPONSE_MASK])
@@ -116,7 +158,8 @@ def rollout_entropy(batch: Batch) -> float:
 def fuses_old_log_prob(cfg: RunConfig, entropy: AdaptiveEntropyController) -> bool:
     """Whether this step's update takes its old log-probs from its own forward (actor.old_log_prob auto).
 
-    Needs one optimizer step per batch, no KL in the reward (it reads the old log-probs before the update) and the
+    Needs one optimizer step per batch, no KL in the reward and no rollout correction (both read the old log-probs
+    before the update) and the
     step's entropy weight before the update: exact unless it depends on e_k (`alpha_needs_estimate`), where the
     switch reads the sampler's log-probs, but only when those are of the training distribution (top_p 1; vLLM's
     are of the unscaled logits, so also temperature 1).
@@ -124,6 +167,8 @@ def fuses_old_log_prob(cfg: RunConfig, entropy: AdaptiveEntropyController) -> bo
     actor, rollout, kl = cfg.actor, cfg.rollout, cfg.algorithm.kl
     one_step = actor.ppo_epochs == 1 and cfg.trainer.batch_size // actor.ppo_mini_batch_size <= 1
     if actor.old_log_prob != "auto" or not one_step or (kl.enabled and kl.in_reward):
+        return False
+    if correction_settings(cfg.algorithm).enabled:
         return False
     sampler_matches = rollout.top_p == 1.0 and (rollout.engine == "hf" or rollout.temperature == 1.0)
     return sampler_matches or not entropy.alpha_needs_estimate

@@ -39,6 +39,7 @@ from or1.hybrid.columns import (
     ATTENTION_MASK,
     ENTROPY,
     INPUT_IDS,
+    IS_WEIGHTS,
     LOG_PROBS,
     OLD_LOG_PROBS,
     PROMPT_IDS,
@@ -54,6 +55,7 @@ from or1.hybrid.columns import (
 from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.worker import Worker
 from or1.tokens import load_tokenizer
+from or1.workers import weight_sync
 
 MODEL_DIR = "model"  # inside a checkpoint folder: the HF model (+ optimizer.pt)
 
@@ -80,9 +82,14 @@ class ActorRolloutRefWorker(Worker):
         settings = TrainSettings.from_config(self.cfg, device=str(self.device))
         self.tokenizer = load_tokenizer(self.model_path)
         self.actor = FSDPTrainEngine(self.model_path, settings)
-        self.rollout = self._build_rollout(settings.compute_dtype)
+        self.rollout_dtype = self.cfg.rollout.dtype or settings.compute_dtype
+        self.rollout = self._build_rollout(self.rollout_dtype)
+        self.sync_tolerance = weight_sync.tolerance(
+            self.cfg.rollout.weight_sync_tolerance, self.rollout_dtype, settings.compute_dtype
+        )
         # The rollout starts from the same folder as the actor; weights move again only after they change.
         self.weights_version = self.rollout_version = 0
+        self.step = 0  # the training step of the latest generation (validation samples after it)
         kl = self.cfg.algorithm.kl
         self.ref = FSDPTrainEngine(self.model_path, settings, trainable=False) if kl.enabled else None
         if self.ref is not None:
@@ -151,7 +158,10 @@ class ActorRolloutRefWorker(Worker):
         )
         prompt_ids = [list(p) for p in prompts[PROMPT_IDS]]
         group_prompts, mine = self._tensor_parallel_share(prompt_ids)
-        with self.rollout_phase():
+        training = "step" in prompts.meta
+        self.step = int(prompts.meta["step"]) if training else self.step
+        where = f"step {self.step}" if training else f"validation after step {self.step}"
+        with self.rollout_phase(where):
             out = self.rollout.generate_ids(group_prompts, sampling)
         rows = slice(mine.start * n, mine.stop * n)
         responses, truncated = out.responses[rows], out.truncated[rows]
@@ -170,21 +180,38 @@ class ActorRolloutRefWorker(Worker):
         return repeated.union(Batch(tensors, {RESPONSE_TEXT: text}))
 
     @contextmanager
-    def rollout_phase(self) -> Iterator[None]:
+    def rollout_phase(self, where: str = "") -> Iterator[None]:
         """The memory hand-off around a generation: the rollout engine holds the GPU inside the block, the actor
         outside it. The weights push needs both (it gathers the actor's shards on the GPU into the woken weights),
-        so it runs before the actor leaves and before the KV cache comes back."""
+        so it runs before the actor leaves and before the KV cache comes back; its self-test scores the probe with
+        the actor before it leaves and with the engine once it can run (`where` names the step in its error)."""
         self.rollout.wake_up(tags=["weights"])
+        probe = None
         if self.rollout_version != self.weights_version:  # collective: every rank streams every tensor
-            self.rollout.load_weights(self.actor.named_full_params())
+            self.push_weights()
             self.rollout_version = self.weights_version
+            probe = self._actor_probe() if self.cfg.rollout.weight_sync_check else None
         self.actor.offload()
         self.rollout.wake_up(tags=["kv_cache"])
         try:
+            if probe is not None:
+                engine = self.rollout.score_ids(probe[0])
+                weight_sync.check_push(engine, probe[1], self.sync_tolerance, where)
             yield
         finally:
             self.rollout.sleep()
             self.actor.onload()
+
+    def push_weights(self) -> None:
+        """Stream the actor's weights into the rollout engine (collective)."""
+        self.rollout.load_weights(self.actor.named_full_params())
+
+    def _actor_probe(self) -> tuple[list[int], list[float]]:
+        """The probe's token ids and the actor's log-probs of all but the first, at temperature 1 (collective)."""
+        ids = self.tokenizer(weight_sync.PROBE_TEXT, add_special_tokens=False)["input_ids"]
+        tensors = pack_sequences([ids[:1]], [ids[1:]], 1, len(ids) - 1, self.rollout.pad_token_id)
+        out = self.actor.log_probs(Batch(tensors).only(SEQUENCE_COLUMNS), temperature=1.0)
+        return ids, out.tensors[LOG_PROBS][0].tolist()
 
     def _tensor_parallel_share(self, prompt_ids: list[list[int]]) -> tuple[list[list[int]], slice]:
         """All prompts of this rank's tensor-parallel group (its engines serve them together) and this rank's slice.
@@ -228,7 +255,7 @@ class ActorRolloutRefWorker(Worker):
 
         Without `old_log_probs` the update is on-policy and takes them from its own forward (actor.old_log_prob).
         """
-        columns = [*SEQUENCE_COLUMNS, ADVANTAGES, *([OLD_LOG_PROBS] if OLD_LOG_PROBS in batch else [])]
+        columns = [*SEQUENCE_COLUMNS, ADVANTAGES, *(c for c in (OLD_LOG_PROBS, IS_WEIGHTS) if c in batch)]
         if self.loss_cfg.needs_ref:
             columns.append(REF_LOG_PROBS)
         self.weights_version += 1
@@ -238,6 +265,14 @@ class ActorRolloutRefWorker(Worker):
             temperature=self.cfg.rollout.temperature,
             entropy_coef=entropy_coef,
         )
+
+    @register(Dispatch.DP_COMPUTE)
+    def fused_old_log_probs(self, batch: Batch) -> Batch:
+        """The old log-probs [B, R] the last on-policy update took from its own forward, for this rank's share of
+        the same rows (`batch` only splits like the update's; the sampler-mismatch metrics read them)."""
+        if self.actor.on_policy_log_probs is None or len(self.actor.on_policy_log_probs) != len(batch):
+            raise RuntimeError("fused_old_log_probs called without a matching on-policy update before it")
+        return Batch({OLD_LOG_PROBS: self.actor.on_policy_log_probs})
 
     # ---- checkpoints -----------------------------------------------------------------------------------------------
     @register(Dispatch.ONE_TO_ALL)

@@ -1,0 +1,155 @@
+"""When the sampler and the trainer disagree: how far apart they are, and the importance-sampling correction.
+
+The rollout engine samples from pi_sampler (vLLM in bfloat16 with its own kernels on a GPU) while PPO's ratio is
+taken against pi_old, the actor's own log-probs of the same tokens (float32 master weights). Per loss token
+rho_t = pi_old(y_t) / pi_sampler(y_t) says how much more the trainer likes a token than the sampler did.
+
+- `mismatch_sums` / `mismatch_metrics`: the gap, per token: mean and max of |log pi_old - log pi_sampler|, a k3
+  estimate of KL(pi_sampler || pi_old) (the tokens were drawn from the sampler), and the share of tokens whose rho
+  lies outside [1 / cap, cap] (`threshold`).
+- `correct`: verl's "decoupled" rollout correction, with its definitions (docs/algo/rollout_corr.md there):
+  importance weights truncated at a cap (TIS: token level, w_t = min(rho_t, cap); sequence level, w = min(prod_t
+  rho_t, cap) on every token of the response) and rejection (MIS: a token, or a whole response, leaves the loss
+  mask when its ratio is outside [lower, upper]; per response either the product of its token ratios or their
+  geometric mean exp(mean_t log rho_t)). Log-ratios are bounded to +-20 before exp(), padding gets weight 0.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+from torch import Tensor
+
+from or1.algos.aggregation import LOG_RATIO_BOUND, masked
+
+ISLevel = Literal["off", "token", "sequence"]
+RejectionLevel = Literal["off", "token", "sequence", "geometric"]
+
+
+@dataclass(frozen=True)
+class CorrectionSettings:
+    """algorithm.rollout_correction, as the pure functions here read it."""
+
+    is_level: ISLevel = "off"
+    is_cap: float = 2.0
+    rejection: RejectionLevel = "off"
+    rejection_upper: float = 2.0
+    rejection_lower: float | None = None  # None: 1 / rejection_upper
+
+    @property
+    def enabled(self) -> bool:
+        return self.is_level != "off" or self.rejection != "off"
+
+    @property
+    def lower(self) -> float:
+        return 1.0 / self.rejection_upper if self.rejection_lower is None else self.rejection_lower
+
+
+def log_ratio(old_log_probs: Tensor, rollout_log_probs: Tensor, mask: Tensor) -> Tensor:
+    """log rho = log pi_old - log pi_sampler per token [B, T], 0 outside the mask."""
+    return masked(old_log_probs.float() - rollout_log_probs.float(), mask)
+
+
+def sequence_log_ratio(token_log_ratio: Tensor, mask: Tensor, *, geometric: bool) -> Tensor:
+    """Per response [B]: log of the product of its token ratios, or (geometric) of their geometric mean."""
+    total = token_log_ratio.sum(-1)
+    if not geometric:
+        return total
+    return total / mask.to(total.dtype).sum(-1).clamp(min=1.0)
+
+
+def correct(
+    old_log_probs: Tensor, rollout_log_probs: Tensor, mask: Tensor, settings: CorrectionSettings
+) -> tuple[Tensor | None, Tensor, dict[str, float]]:
+    """(importance weights [B, T] or None when off, the loss mask after rejection, metrics).
+
+    Metrics: is_weight_mean / is_weight_max (over the kept loss tokens, before they are multiplied in) and
+    is_truncated_frac (tokens whose weight hit the cap); rejected_token_frac / rejected_seq_frac (of the loss
+    tokens / responses with loss tokens).
+    """
+    mask_b = mask.bool()
+    lr = log_ratio(old_log_probs, rollout_log_probs, mask)
+    keep = mask_b.clone()
+    metrics: dict[str, float] = {}
+    if settings.rejection != "off":
+        lo, hi = torch.log(torch.tensor(settings.lower)), torch.log(torch.tensor(settings.rejection_upper))
+        if settings.rejection == "token":
+            keep &= (lr >= lo) & (lr <= hi)
+        else:
+            seq = sequence_log_ratio(lr, mask, geometric=settings.rejection == "geometric")
+            keep &= ((seq >= lo) & (seq <= hi))[:, None]
+        tokens, rows = mask_b.sum().clamp(min=1), mask_b.any(-1)
+        metrics["rejected_token_frac"] = float((mask_b & ~keep).sum() / tokens)
+        metrics["rejected_seq_frac"] = float((rows & ~keep.any(-1)).sum() / rows.sum().clamp(min=1))
+    weights = None
+    if settings.is_level != "off":
+        if settings.is_level == "token":
+            bounded = lr.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+        else:
+            seq = sequence_log_ratio(lr, mask, geometric=False).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+            bounded = seq[:, None].expand_as(lr)
+        raw = torch.exp(bounded)
+        weights = masked(raw.clamp(max=settings.is_cap), keep)
+        kept = keep.sum().clamp(min=1)
+        metrics["is_weight_mean"] = float(weights.sum() / kept)
+        metrics["is_weight_max"] = float(weights.max()) if keep.any() else 0.0
+        metrics["is_truncated_frac"] = float(((raw > settings.is_cap) & keep).sum() / kept)
+    return weights, keep.to(mask.dtype), metrics
+
+
+@dataclass
+class MismatchSums:
+    """Statistics of the sampler / trainer gap over some tokens; `metrics` turns them into means."""
+
+    tokens: float = 0.0
+    abs_diff: float = 0.0
+    abs_diff_max: float = 0.0
+    k3: float = 0.0
+    past_threshold: float = 0.0
+
+    def metrics(self) -> dict[str, float]:
+        n = max(self.tokens, 1.0)
+        return {
+            "abs_diff_mean": self.abs_diff / n,
+            "abs_diff_max": self.abs_diff_max,
+            "k3_kl": self.k3 / n,
+            "past_threshold_frac": self.past_threshold / n,
+        }
+
+
+def mismatch_sums(
+    old_log_probs: Tensor, rollout_log_probs: Tensor, mask: Tensor, threshold: float
+) -> MismatchSums:
+    """The gap on the tokens of `mask`: |log rho|, k3 = rho - 1 - log rho (estimates KL(sampler || old) from the
+    sampler's tokens) and the count of tokens with rho outside [1 / threshold, threshold]."""
+    mask_b = mask.bool()
+    lr = log_ratio(old_log_probs, rollout_log_probs, mask).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    diff = lr.abs()
+    k3 = masked(torch.exp(lr) - 1.0 - lr, mask_b)
+    return MismatchSums(
+        tokens=float(mask_b.sum()),
+        abs_diff=float(masked(diff, mask_b).sum()),
+        abs_diff_max=float(masked(diff, mask_b).max()) if mask_b.any() else 0.0,
+        k3=float(k3.sum()),
+        past_threshold=float((mask_b & (diff > torch.log(torch.tensor(threshold)))).sum()),
+    )
+
+
+def mismatch_metrics(
+    old_log_probs: Tensor,
+    rollout_log_probs: Tensor,
+    mask: Tensor,
+    threshold: float,
+    groups: list[str] | None = None,
+) -> dict[str, float]:
+    """`MismatchSums.metrics` over all loss tokens, and per group (one label per row, e.g. the ability) as
+    `<group>/<metric>` when labels are given."""
+    out = mismatch_sums(old_log_probs, rollout_log_probs, mask, threshold).metrics()
+    if groups is not None:
+        for label in sorted(set(groups)):
+            rows = torch.tensor([g == label for g in groups], dtype=torch.bool)
+            sums = mismatch_sums(old_log_probs[rows], rollout_log_probs[rows], mask[rows], threshold)
+            out.update({f"{label}/{k}": v for k, v in sums.metrics().items()})
+    return out

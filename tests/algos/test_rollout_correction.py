@@ -1,0 +1,83 @@
+"""Sampler / trainer mismatch metrics and verl's rollout correction (TIS, MIS), by hand and by the published formulas."""
+
+import math
+
+import pytest
+import torch
+
+from or1.algos.rollout_correction import CorrectionSettings, correct, mismatch_metrics
+
+# Two responses: row 0 has 3 tokens, row 1 has 2 (and one padding position with a NaN log-prob).
+OLD = torch.tensor([[-1.0, -2.0, -0.5], [-0.1, -3.0, float("nan")]])
+ROLLOUT = torch.tensor([[-1.5, -1.0, -0.5], [-0.2, -1.0, 0.0]])
+MASK = torch.tensor([[1, 1, 1], [1, 1, 0]])
+LOG_RHO = [[0.5, -1.0, 0.0], [0.1, -2.0]]  # log pi_old - log pi_sampler on the loss tokens
+
+
+def test_mismatch_metrics_by_hand_and_per_group():
+    m = mismatch_metrics(OLD, ROLLOUT, MASK, threshold=2.0, groups=["math", "code"])
+    flat = [x for row in LOG_RHO for x in row]
+    assert m["abs_diff_mean"] == pytest.approx(sum(abs(x) for x in flat) / 5)
+    assert m["abs_diff_max"] == pytest.approx(2.0)
+    assert m["k3_kl"] == pytest.approx(sum(math.exp(x) - 1 - x for x in flat) / 5)
+    assert m["past_threshold_frac"] == pytest.approx(2 / 5)  # |log rho| > log 2: -1.0 and -2.0
+    assert m["math/abs_diff_mean"] == pytest.approx(1.5 / 3) and m["code/abs_diff_max"] == pytest.approx(2.0)
+    assert math.isfinite(m["code/k3_kl"])  # the NaN at the padding position stays out
+
+
+def test_matched_sampler_reads_zero():
+    m = mismatch_metrics(OLD, torch.nan_to_num(OLD), MASK, threshold=2.0)
+    assert m == {"abs_diff_mean": 0.0, "abs_diff_max": 0.0, "k3_kl": 0.0, "past_threshold_frac": 0.0}
+
+
+def test_token_tis_truncates_each_ratio_at_the_cap():
+    weights, mask, m = correct(OLD, ROLLOUT, MASK, CorrectionSettings(is_level="token", is_cap=1.5))
+    expected = [[min(math.exp(x), 1.5) for x in row] for row in LOG_RHO]
+    torch.testing.assert_close(weights[0], torch.tensor(expected[0]))
+    torch.testing.assert_close(weights[1, :2], torch.tensor(expected[1]))
+    assert weights[1, 2] == 0 and torch.equal(mask, MASK)
+    assert m["is_truncated_frac"] == pytest.approx(1 / 5)  # only e^0.5 = 1.65 > 1.5
+
+
+def test_sequence_tis_weighs_a_response_by_its_product_of_ratios():
+    weights, _, _ = correct(OLD, ROLLOUT, MASK, CorrectionSettings(is_level="sequence", is_cap=2.0))
+    # published form (verl's sequence-level IS): w_i = min(prod_t rho_it, C) on every token of response i
+    for i, row in enumerate(LOG_RHO):
+        w = min(math.prod(math.exp(x) for x in row), 2.0)
+        assert weights[i, : len(row)].tolist() == pytest.approx([w] * len(row))
+
+
+@pytest.mark.parametrize(
+    ("level", "kept_rows"),
+    [
+        ("sequence", [True, False]),  # log prod: -0.5 (inside [-log 2, log 2]) and -1.9 (outside)
+        ("geometric", [True, False]),  # log geometric mean: -0.167 and -0.95
+    ],
+)
+def test_sequence_rejection_masks_whole_responses(level, kept_rows):
+    _, mask, m = correct(OLD, ROLLOUT, MASK, CorrectionSettings(rejection=level, rejection_upper=2.0))
+    for i, kept in enumerate(kept_rows):
+        assert bool(mask[i].any()) is kept
+    assert m["rejected_seq_frac"] == pytest.approx(0.5) and m["rejected_token_frac"] == pytest.approx(2 / 5)
+
+
+def test_geometric_rejection_is_tighter_than_it_looks():
+    # bounds [0.9, 1.2] on the geometric mean: row 0's exp(-0.5 / 3) = 0.846 is out, as is row 1's
+    _, mask, _ = correct(
+        OLD,
+        ROLLOUT,
+        MASK,
+        CorrectionSettings(rejection="geometric", rejection_upper=1.2, rejection_lower=0.9),
+    )
+    assert not mask.any()
+
+
+def test_token_rejection_then_tis_on_the_kept_tokens():
+    settings = CorrectionSettings(is_level="token", is_cap=5.0, rejection="token", rejection_upper=2.0)
+    weights, mask, _ = correct(OLD, ROLLOUT, MASK, settings)
+    assert mask.tolist() == [[1, 0, 1], [1, 0, 0]]  # rho e^-1 and e^-2 are below 1/2
+    assert weights[0, 1] == 0 and weights[0, 0] == pytest.approx(math.exp(0.5))
+
+
+def test_settings_off_by_default():
+    assert not CorrectionSettings().enabled and CorrectionSettings(rejection_upper=4.0).lower == 0.25
