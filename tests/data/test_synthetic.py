@@ -79,6 +79,14 @@ def test_program_format():
     assert task.run(4) == -14
 
 
+def test_a_slipped_program_differs_in_one_line():
+    rng = random.Random(0)
+    for task in code_tasks(0, 50):
+        gold, slipped = task.response.splitlines(), task.slipped_response(rng).splitlines()
+        assert len(gold) == len(slipped)
+        assert sum(a != b for a, b in zip(gold, slipped, strict=True)) == 1
+
+
 def test_code_reference_solutions_pass_their_tests():
     tasks = code_tasks(0, 40)
     assert {t.num_steps for t in tasks} == set(CODE_VALIDATION_STEPS)

@@ -1,7 +1,7 @@
 import pytest
 import torch
 
-from or1.data.synthetic_code import CodeTask
+from or1.data.synthetic_code import OPS, CodeTask
 from or1.data.synthetic_math import ArithmeticProblem
 from or1.models.init import _tokenizer_corpus
 from or1.models.tiny import build_tiny_model, count_parameters
@@ -47,6 +47,20 @@ def test_tiny_model_size(tokenizer):
 
 
 def test_sft_batches_mix_programs_into_arithmetic_at_the_configured_share():
-    batch = next(sft_examples(seed=0, cfg=SFTConfig(batch_size=10, code_share=0.4)))
-    programs = [response for _, response in batch if response.startswith("```python")]
-    assert len(batch) == 10 and len(programs) == 4
+    batches = sft_examples(seed=0, cfg=SFTConfig(batch_size=10, code_share=0.4, code_slip=0.3))
+    first = next(batches)
+    assert len(first) == 10 and sum(r.startswith("```python") for _, r in first) == 4
+    programs = [(p, r) for _ in range(100) for p, r in next(batches) if r.startswith("```python")]
+    slipped = [p for p, r in programs if r != _gold(p)]
+    assert 0.2 < len(slipped) / len(programs) < 0.4  # about code_slip of them carry one wrong line
+
+
+def _gold(prompt: str) -> str:
+    """The gold program of a tiny code prompt, from its text."""
+    phrases = prompt.removeprefix("Python: read x; ").removesuffix("; print x.").split("; ")
+    names = {op.phrase.split(" {k}")[0]: name for name, op in OPS.items()}
+    steps = []
+    for phrase in phrases:
+        head, _, k = phrase.rpartition(" ")
+        steps.append((names[head], int(k)) if head in names else (names[phrase], 0))
+    return CodeTask(tuple(steps), (), ()).response

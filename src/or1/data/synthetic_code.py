@@ -89,6 +89,16 @@ class CodeTask:
         """The gold response: the reference program in one ```python block."""
         return f"```python\n{self.solution}```"
 
+    def slipped_response(self, rng: random.Random) -> str:
+        """The response with one slip: one step's line written as another step (another op or argument)."""
+        i = rng.randrange(self.num_steps)
+        while True:
+            wrong = _draw_step(rng)
+            if wrong != self.steps[i]:
+                break
+        steps = (*self.steps[:i], wrong, *self.steps[i + 1 :])
+        return CodeTask(steps, (), ()).response
+
     def run(self, x: int) -> int:
         for name, k in self.steps:
             x = OPS[name].apply(x, k)
@@ -103,16 +113,19 @@ def _test_inputs(rng: random.Random) -> list[int]:
             return xs
 
 
+def _draw_step(rng: random.Random) -> tuple[str, int]:
+    name = rng.choice(list(OPS))
+    args = OPS[name].args
+    return name, rng.randint(*args) if args else 0
+
+
 def sample_task(rng: random.Random, num_steps: int) -> CodeTask:
     """One task of `num_steps` steps (no op twice in a row) with TESTS_PER_TASK test cases."""
     steps: list[tuple[str, int]] = []
-    names = list(OPS)
     while len(steps) < num_steps:
-        name = rng.choice(names)
-        if steps and steps[-1][0] == name:
-            continue
-        args = OPS[name].args
-        steps.append((name, rng.randint(*args) if args else 0))
+        step = _draw_step(rng)
+        if not steps or steps[-1][0] != step[0]:
+            steps.append(step)
     partial = CodeTask(tuple(steps), (), ())
     xs = _test_inputs(rng)
     return CodeTask(partial.steps, tuple(f"{x}\n" for x in xs), tuple(f"{partial.run(x)}\n" for x in xs))

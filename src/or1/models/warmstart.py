@@ -8,6 +8,7 @@ from the seed, not from the machine's speed.
 from __future__ import annotations
 
 import itertools
+import random
 import time
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
@@ -44,6 +45,9 @@ class SFTConfig:
     grad_clip: float = 1.0
     ops: tuple[int, ...] = (2, 3, 4, 5, 6)
     code_share: float = 0.4  # of each batch: programs (tiny code tasks); the rest is arithmetic
+    # of the programs: written with one slip (a line of another step), so that the base knows the right program
+    # (greedy) but slips now and then when sampling at T=1, as the arithmetic base does: the frontier RL moves
+    code_slip: float = 0.3
     code_steps: tuple[int, ...] = CODE_SFT_STEPS
 
 
@@ -64,13 +68,18 @@ def lr_factor(step: int, cfg: SFTConfig) -> float:
 
 
 def sft_examples(seed: int, cfg: SFTConfig) -> Iterator[list[tuple[str, str]]]:
-    """Endless batches of (prompt, gold response): round(code_share * batch_size) programs, the rest arithmetic."""
+    """Endless batches of (prompt, response): round(code_share * batch_size) programs (a code_slip share of them
+    with one slip), the rest arithmetic with its gold worked solution."""
     math = problem_stream(seed, cfg.ops)
     code = task_stream(seed, cfg.code_steps)
+    rng = random.Random(seed)
     n_code = round(cfg.code_share * cfg.batch_size)
     while True:
         pairs = [(p.prompt, p.solution) for p in itertools.islice(math, cfg.batch_size - n_code)]
-        yield pairs + [(t.prompt, t.response) for t in itertools.islice(code, n_code)]
+        for task in itertools.islice(code, n_code):
+            slip = rng.random() < cfg.code_slip
+            pairs.append((task.prompt, task.slipped_response(rng) if slip else task.response))
+        yield pairs
 
 
 def sft_batch(
