@@ -1,12 +1,13 @@
-"""The tiny recipe's stage 1 really teaches: validation solve rate up >= 8 points, training reward trending up.
+"""The tiny recipe's stage 1 really teaches both abilities at once: validation up >= 8 points on arithmetic and on
+programs, each ability's training reward trending up.
 
-Slow (about 12 minutes on 2 cores): builds the `or1 init-model` default base (400 SFT steps, ~39% solved), runs
-`stages/tiny.yaml` stage 1 (250 steps, lr 5e-5) with 2 data-parallel Ray ranks, and scores base and final model on the
-fixed 200-problem validation split with 5 samples each at T=1.0 and a 96-token budget. Measured with entropy target
-0.05 (the coefficient never active) and two training seeds: 39.4% -> 49.8% (+10.4) and -> 51.3% (+11.9); with the
-recipe's target 0.09 (coefficient 0 -> 0.005) the in-training avg@5 went 40.6% -> 48.8% (the same seeds at both
-validations) and this test passed.
-Stage 1 itself: ~6.5 minutes of steps on 2 uncontended cores.
+Slow (about 15 minutes on 2 cores): builds the `or1 init-model` default base (600 SFT steps on arithmetic and
+programs), runs `stages/tiny.yaml` stage 1 (250 steps, lr 5e-5, math and code prompts in the same batches) with 2
+data-parallel Ray ranks, and scores base and final model on both fixed validation splits (200 problems x 5 samples,
+100 programs x 5 samples) at T=1.0 and a 96-token budget. Measured with the shipped recipe on the prepared (graded)
+data, in-training validation with the same seeds at every reading: arithmetic 37.0% -> 58.9% (+21.9), programs
+16.0% -> 32.75% (+16.75); the curve (steps 0/50/100/150/200/250): 37.0/47.4/55.9/55.5/58.3/58.9 and
+16.0/20.75/22.75/27.0/27.5/32.75. This test trains on the ungraded files instead; it has not run since.
 """
 
 from __future__ import annotations
@@ -23,25 +24,31 @@ from or1.models.solve_rate import validation_solve_rate
 from or1.trainer.run import run_train
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
-BASE_SFT_STEPS = 400  # the `or1 init-model` default (300 steps: 23% solved, 450: 61%, 600: 64%)
+BASE_SFT_STEPS = 600  # the `or1 init-model` default
+MATH_MARGIN = 0.08
+CODE_MARGIN = 0.08
 
 
 @pytest.mark.slow
-@pytest.mark.timeout(1800)
-def test_tiny_stage1_improves_validation_by_8_points(tmp_path: Path) -> None:
+@pytest.mark.timeout(2400)
+def test_tiny_stage1_teaches_math_and_code(tmp_path: Path) -> None:
     base = tmp_path / "tiny" / "model"
     init_tiny_model(base, seed=0, sft_steps=BASE_SFT_STEPS, eval_samples=1)
     data = write_tiny_dataset(tmp_path / "tiny" / "data", seed=0)
-    before = validation_solve_rate(base).overall
+    abilities = ("math", "code")
+    before = {a: validation_solve_rate(base, ability=a).overall for a in abilities}
     overrides = [
         f"model.path={base}",
-        f"data.train_files=[{data.train}]",
-        f"data.validation.sets=[{data.validation}]",
+        f"data.train_files=[{data.train}, {data.code_train}]",
+        f"data.validation.sets=[{data.validation}, {{set: {data.code_validation}, n: 4}}]",
     ]
     final = run_train(RECIPE, "1", tmp_path / "run", overrides, "never", None)
-    after = validation_solve_rate(final).overall
-    assert after - before >= 0.08, f"validation {before:.1%} -> {after:.1%}"
+    after = {a: validation_solve_rate(final, ability=a).overall for a in abilities}
+    for ability, margin in zip(abilities, (MATH_MARGIN, CODE_MARGIN), strict=True):
+        gain = after[ability] - before[ability]
+        assert gain >= margin, f"{ability} validation {before[ability]:.1%} -> {after[ability]:.1%}"
     records = [json.loads(line) for line in (final.parent / "metrics.jsonl").read_text().splitlines()]
-    rewards = [r["reward/mean"] for r in records if "reward/mean" in r]  # step-0 validation has no rollout
-    quarter = len(rewards) // 4
-    assert statistics.mean(rewards[-quarter:]) > statistics.mean(rewards[:quarter]) + 0.03
+    for ability in abilities:  # each ability's training reward trends up, in the same batches
+        rewards = [r[f"{ability}/reward_mean"] for r in records if f"{ability}/reward_mean" in r]
+        quarter = len(rewards) // 4
+        assert statistics.mean(rewards[-quarter:]) > statistics.mean(rewards[:quarter]) + 0.03, ability

@@ -32,7 +32,7 @@ from or1.models.init import init_tiny_model
 from or1.models.solve_rate import validation_solve_rate
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
-BASE_SFT_STEPS = 400  # the `or1 init-model` default
+BASE_SFT_STEPS = 600  # the `or1 init-model` default
 ENV = {**os.environ, "COLUMNS": "1000"}  # rich wraps console lines at 80 columns off a terminal
 VAL_KEY = re.compile(r"^val/[^/]+/t1/avg@5$")
 
