@@ -51,7 +51,7 @@ def measure(out: Path, kernel: str, seed: int, overrides: list[str]) -> dict:
         check_chain(run)
         readings["result"] = "pass"
     except AssertionError as err:
-        readings["result"] = f"FAIL: {str(err).splitlines()[0]}"
+        readings["result"] = f"FAIL: {(str(err) or 'an assertion without a message').splitlines()[0]}"
     return readings
 
 
