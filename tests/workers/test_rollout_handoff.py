@@ -61,7 +61,8 @@ class FakeTokenizer:
 
 def worker(calls: list[str], *, stale: bool, fail: bool = False) -> ActorRolloutRefWorker:
     w = ActorRolloutRefWorker.__new__(ActorRolloutRefWorker)  # no process group, no models: only the hand-off
-    w.cfg = resolve("tiny", 1, ["model.path=unused", "rollout.n=2"])
+    # the push self-test has its own tests (test_weight_sync.py); these fakes only record the hand-off order
+    w.cfg = resolve("tiny", 1, ["model.path=unused", "rollout.n=2", "rollout.weight_sync_check=false"])
     w.actor, w.rollout, w.tokenizer = FakeActor(calls), FakeRollout(calls, fail), FakeTokenizer()
     w.tp_group, w.tp_index = None, 0
     w.weights_version, w.rollout_version = (1, 0) if stale else (0, 0)
