@@ -129,6 +129,26 @@ def test_seeded_sampling_is_reproducible(world):
     assert a != c
 
 
+def test_stream_yields_each_row_once_as_it_finishes(world):
+    """`stream_ids` is `generate_ids` in finishing order: every row once, the same tokens, and within a micro-batch
+    a row is yielded at the decode step that ended it, so rows come out shortest first, long before the last."""
+    model, tokenizer, prompts = world
+    engine = HFRolloutEngine(model, tokenizer, micro_batch_size=16)
+    sampling = SamplingParams(n=4, seed=3, max_response_length=40)
+    parts = list(engine.stream_ids(prompts, sampling))
+    whole = engine.generate_ids(prompts, sampling)
+    order = [row.index for part in parts for row in part]
+    assert sorted(order) == list(range(len(prompts) * 4))
+    for row in (row for part in parts for row in part):
+        assert row.response == whole.responses[row.index] and row.truncated == whole.truncated[row.index]
+        assert row.log_probs == whole.log_probs[row.index]
+    assert len(parts) > 2
+    for part in parts:  # one decode step: one length per part
+        assert len({len(row.response) for row in part}) == 1
+    first_batch = [len(row.response) for part in parts for row in part if row.index < 16]
+    assert first_batch == sorted(first_batch)
+
+
 def test_tiny_top_p_is_greedy(world):
     model, tokenizer, prompts = world
     engine = HFRolloutEngine(model, tokenizer)

@@ -87,6 +87,19 @@ def test_seeded_generation_is_reproducible_and_seeds_matter(engine, prompts):
     assert other.responses != first
 
 
+def test_stream_yields_each_row_once_as_engine_steps_finish_them(engine, prompts):
+    """`stream_ids` is `generate_ids` in finishing order: every row once with the same tokens, short ones first."""
+    sampling = SamplingParams(n=4, temperature=1.0, max_response_length=24, seed=5, stop_token_ids=[7, 9])
+    whole = engine.generate_ids(prompts, sampling)
+    parts = list(engine.stream_ids(prompts, sampling))
+    rows = [row for part in parts for row in part]
+    assert sorted(row.index for row in rows) == list(range(4 * len(prompts)))
+    for row in rows:
+        assert row.response == whole.responses[row.index] and row.truncated == whole.truncated[row.index]
+    lengths = [len(row.response) for row in rows]
+    assert len(parts) > 1 and lengths == sorted(lengths)
+
+
 def test_seeded_batches_larger_than_one_scheduler_step(engine):
     """More prompt tokens than vLLM schedules at once (4096), in prompts of 17 tokens: no prompt may be split."""
     gen = torch.Generator().manual_seed(0)

@@ -63,6 +63,15 @@ class Toy(Worker):
         return Batch(tensors={"y": y, "rank": torch.full((len(batch),), self.rank)}, meta=batch.meta)
 
     @register(Dispatch.DP_COMPUTE)
+    def count_up(self, batch: Batch, fail_at: int = -1):
+        """Progress items (this rank's values one by one), then the Batch as the result."""
+        for i, x in enumerate(batch["x"].tolist()):
+            if i == fail_at and self.rank == 1:
+                raise ValueError(f"boom at item {i} on rank {self.rank}")
+            yield (self.rank, x)
+        yield Batch(tensors={"y": batch["x"] + self.offset})
+
+    @register(Dispatch.DP_COMPUTE)
     def rank_in_meta(self, batch: Batch) -> Batch:
         return Batch(meta={"rank": self.rank})
 
@@ -126,6 +135,19 @@ def test_dp_compute_splits_pads_and_concatenates(group):
     out = group.add_offset(batch, scale=2)
     assert out["y"].tolist() == [100, 102, 104, 106, 108]
     assert out["rank"].tolist() == [0, 0, 0, 1, 1] and out.meta == {"step": 7}
+
+
+def test_stream_hands_over_items_as_they_come_and_collects_the_last(group):
+    seen = []
+    out = group.stream(
+        "count_up", lambda rank, item: seen.append((rank, item)), Batch(tensors={"x": torch.arange(6)})
+    )
+    assert out["y"].tolist() == [100, 101, 102, 103, 104, 105]
+    assert sorted(seen) == [(0, (0, 0)), (0, (0, 1)), (0, (0, 2)), (1, (1, 3)), (1, (1, 4)), (1, (1, 5))]
+    with pytest.raises(
+        WorkerError, match=r"rank 1 failed in count_up\(\): ValueError: boom at item 1 on rank 1"
+    ):
+        group.stream("count_up", lambda rank, item: None, Batch(tensors={"x": torch.arange(6)}), fail_at=1)
 
 
 def test_only_registered_methods_are_callable(group):

@@ -38,7 +38,9 @@ beside the 800 arithmetic ones), one run has been measured (AVX-512, seed 0): ar
 54.3 -> 56.2%, programs avg@8 14.1 -> 21.1 -> 23.9 -> 26.2% (+12.1). CODE_MARGIN (+5) is under half of that one
 reading; the spread over kernels and seeds is still to be measured with spread.py.
 Set OR1_REPRO_SET (space-separated key=value) to add --set overrides, e.g. OR1_REPRO_SET=actor.lr=1e-12 to see it
-fail when learning is broken, and OR1_REPRO_SEED for another trainer seed.
+fail when learning is broken, OR1_REPRO_SEED for another trainer seed, and OR1_REPRO_ZERO_CODE=1 to zero the code
+rewards of training (the program prompts' expected outputs are replaced by one no program prints; code validation
+keeps its true tests) and see the code check fail.
 """
 
 from __future__ import annotations
@@ -92,7 +94,22 @@ def chain_data(folder: Path) -> TinyDataset:
     if (folder / "train.parquet").is_file():
         return TinyDataset(*(folder / f"{name}.parquet" for name in SPLITS))
     sizes = {"math_train_size": TRAIN_PROMPTS, "code_train_size": CODE_TRAIN_PROMPTS}
-    return write_tiny_dataset(folder, seed=0, train_ops=TRAIN_OPS, **sizes)
+    data = write_tiny_dataset(folder, seed=0, train_ops=TRAIN_OPS, **sizes)
+    if os.environ.get("OR1_REPRO_ZERO_CODE") == "1":
+        rows = pd.read_parquet(data.code_train)
+        rows["reward_model"] = [unreachable(r) for r in rows["reward_model"]]
+        rows.to_parquet(data.code_train)
+    return data
+
+
+def unreachable(reward_model: dict | str) -> dict | str:
+    """The code reward of a train row with every expected output replaced by one no program of the world prints."""
+    loaded = json.loads(reward_model) if isinstance(reward_model, str) else dict(reward_model)
+    truth = loaded["ground_truth"]
+    truth = json.loads(truth) if isinstance(truth, str) else dict(truth)
+    truth["outputs"] = ["no program prints this\n"] * len(truth["outputs"])
+    loaded["ground_truth"] = json.dumps(truth) if isinstance(loaded["ground_truth"], str) else truth
+    return json.dumps(loaded) if isinstance(reward_model, str) else loaded
 
 
 def shortened_recipe(folder: Path, model: Path, data: TinyDataset) -> Path:

@@ -4,11 +4,13 @@ wake the KV cache, generate, sleep, onload the actor."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+
 import pytest
 import torch
 
 from or1.config.loading import resolve
-from or1.engines.rollout import Generations
+from or1.engines.rollout import FinishedRow
 from or1.hybrid.batch import Batch
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 
@@ -41,14 +43,11 @@ class FakeRollout:
         names = [name for name, _ in weights]  # drains the actor's gather, as the real engines do
         self.calls.append(f"rollout.load_weights({','.join(names)})")
 
-    def generate_ids(self, prompts: list[list[int]], sampling) -> Generations:
+    def stream_ids(self, prompts: list[list[int]], sampling) -> Iterator[list[FinishedRow]]:
         self.calls.append("rollout.generate")
         if self.fail:
             raise RuntimeError("out of memory")
-        rows = [[7, 8] for _ in prompts for _ in range(sampling.n)]
-        return Generations(
-            responses=rows, truncated=[False] * len(rows), log_probs=[[-0.5, -0.5]] * len(rows)
-        )
+        yield [FinishedRow(i, [7, 8], False, [-0.5, -0.5]) for i in range(len(prompts) * sampling.n)]
 
     def sleep(self) -> None:
         self.calls.append("rollout.sleep")

@@ -8,13 +8,14 @@ a KV cache, finished rows dropped from the batch): on the tiny model, 16 prompts
 from __future__ import annotations
 
 import inspect
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from dataclasses import replace
 
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
 from or1.engines.attention import use_grouped_sdpa
-from or1.engines.rollout import Generations, SamplingParams, check_prompts
+from or1.engines.rollout import FinishedRow, Generations, SamplingParams, check_prompts, gather
 from or1.errors import UserError
 from or1.tokens import pad_id
 
@@ -45,36 +46,35 @@ class HFRolloutEngine:
 
     def generate_ids(self, prompts: list[list[int]], sampling: SamplingParams) -> Generations:
         """Sample `sampling.n` responses for each prompt (lists of token ids, no padding)."""
+        return gather(self.stream_ids(prompts, sampling), len(prompts) * sampling.n)
+
+    def stream_ids(self, prompts: list[list[int]], sampling: SamplingParams) -> Iterator[list[FinishedRow]]:
+        """The rows of `generate_ids`, yielded at each decode step that finished some (micro-batch by micro-batch)."""
         check_prompts(prompts, sampling)
         rows = [prompt for prompt in prompts for _ in range(sampling.n)]
         generator = None
         if sampling.seed is not None:
             generator = torch.Generator(device=self.model.device).manual_seed(sampling.seed)
         stop_ids = torch.tensor(sampling.stop_token_ids or self.default_stop_ids, device=self.model.device)
-        responses: list[list[int]] = []
-        truncated: list[bool] = []
-        log_probs: list[list[float]] = []
         was_training = self.model.training
         self.model.eval()
         try:
-            with torch.inference_mode():
-                for start in range(0, len(rows), self.micro_batch_size):
-                    chunk = rows[start : start + self.micro_batch_size]
-                    out, cut, lp = self._generate_batch(chunk, sampling, stop_ids, generator)
-                    responses += out
-                    truncated += cut
-                    log_probs += lp
+            for start in range(0, len(rows), self.micro_batch_size):
+                chunk = rows[start : start + self.micro_batch_size]
+                for finished in self._decode(chunk, sampling, stop_ids, generator):
+                    yield [replace(row, index=start + row.index) for row in finished]
         finally:
             self.model.train(was_training)
-        return Generations(responses=responses, truncated=truncated, log_probs=log_probs)
 
-    def _generate_batch(
+    def _decode(
         self,
         rows: list[list[int]],
         sampling: SamplingParams,
         stop_ids: torch.Tensor,
         generator: torch.Generator | None,
-    ) -> tuple[list[list[int]], list[bool], list[list[float]]]:
+    ) -> Iterator[list[FinishedRow]]:
+        """One left-padded micro-batch through the decode loop; finished rows leave the batch and are yielded
+        (inference mode is held only inside each step, never across a yield)."""
         device = self.model.device
         width = max(len(r) for r in rows)
         input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long, device=device)
@@ -87,35 +87,41 @@ class HFRolloutEngine:
         alive = torch.arange(len(rows), device=device)  # original row index of each batch row still sampling
         tokens: list[list[int]] = [[] for _ in rows]
         token_log_probs: list[list[float]] = [[] for _ in rows]
-        stopped = [False] * len(rows)
         step_ids, step_pos = input_ids, positions
-        for _ in range(sampling.max_response_length):
-            logits = self.model(
-                input_ids=step_ids,
-                attention_mask=mask,
-                position_ids=step_pos,
-                use_cache=True,
-                logits_to_keep=1,
-                **{self._cache_kwarg: cache},
-            ).logits[:, -1, :]
-            next_ids, next_log_probs = sample_next(logits, sampling.temperature, sampling.top_p, generator)
-            hit = torch.isin(next_ids, stop_ids)
-            for row, token, lp, is_stop in zip(
-                alive.tolist(), next_ids.tolist(), next_log_probs.tolist(), hit.tolist(), strict=True
-            ):
-                tokens[row].append(token)
-                token_log_probs[row].append(lp)
-                stopped[row] = is_stop
-            keep = (~hit).nonzero().squeeze(-1)
-            if keep.numel() == 0:
-                break
-            if keep.numel() < alive.numel():  # drop finished rows so later steps only pay for live ones
-                cache.batch_select_indices(keep)
-                alive, next_ids, mask, step_pos = alive[keep], next_ids[keep], mask[keep], step_pos[keep]
-            step_ids = next_ids[:, None]
-            step_pos = step_pos[:, -1:] + 1
-            mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
-        return tokens, [not s for s in stopped], token_log_probs
+        for step in range(sampling.max_response_length):
+            last = step == sampling.max_response_length - 1
+            with torch.inference_mode():
+                logits = self.model(
+                    input_ids=step_ids,
+                    attention_mask=mask,
+                    position_ids=step_pos,
+                    use_cache=True,
+                    logits_to_keep=1,
+                    **{self._cache_kwarg: cache},
+                ).logits[:, -1, :]
+                next_ids, next_log_probs = sample_next(
+                    logits, sampling.temperature, sampling.top_p, generator
+                )
+                hit = torch.isin(next_ids, stop_ids)
+                finished = []
+                for row, token, lp, is_stop in zip(
+                    alive.tolist(), next_ids.tolist(), next_log_probs.tolist(), hit.tolist(), strict=True
+                ):
+                    tokens[row].append(token)
+                    token_log_probs[row].append(lp)
+                    if is_stop or last:  # the budget's last token without a stop: truncated
+                        finished.append(FinishedRow(row, tokens[row], not is_stop, token_log_probs[row]))
+                keep = (~hit).nonzero().squeeze(-1)
+                if not last and 0 < keep.numel() < alive.numel():  # later steps only pay for live rows
+                    cache.batch_select_indices(keep)
+                    alive, next_ids, mask, step_pos = alive[keep], next_ids[keep], mask[keep], step_pos[keep]
+                step_ids = next_ids[:, None]
+                step_pos = step_pos[:, -1:] + 1
+                mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
+            if finished:
+                yield finished
+            if last or keep.numel() == 0:
+                return
 
     def score_ids(self, ids: list[int]) -> list[float]:
         """Log-probs of ids[1:], each given the ids before it, at temperature 1 (one forward, float32 softmax)."""

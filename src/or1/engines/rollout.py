@@ -8,12 +8,14 @@ Conventions every engine keeps, so callers never branch on the engine:
 - `truncated` is True exactly when a response hit `max_response_length` without a stop token;
 - `log_probs` are the sampled tokens' log-probabilities under the sampling distribution (temperature and top_p
   applied), the same quantity the actor recomputes for PPO's ratio;
-- a seeded call is reproducible: the same prompts, settings and seed give the same tokens.
+- a seeded call is reproducible: the same prompts, settings and seed give the same tokens;
+- `stream_ids` yields rows as they finish (the trainer scores them while the rest still decode); `generate_ids` is
+  the same sampling gathered into prompt-major order.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Protocol
 
@@ -55,6 +57,33 @@ class Generations:
     log_probs: list[list[float]] | None = None  # per response token, under the sampling distribution
 
 
+@dataclass
+class FinishedRow:
+    """One response the moment it is final: `index` is its row in the call's prompt-major order."""
+
+    index: int
+    response: list[int]
+    truncated: bool
+    log_probs: list[float]
+
+
+def gather(finished: Iterable[list[FinishedRow]], rows: int) -> Generations:
+    """The rows of a `stream_ids` call in prompt-major order; every row must have been yielded once."""
+    slots: list[FinishedRow | None] = [None] * rows
+    for part in finished:
+        for row in part:
+            slots[row.index] = row
+    missing = [i for i, row in enumerate(slots) if row is None]
+    if missing:
+        raise RuntimeError(f"the rollout engine never finished rows {missing[:8]} of {rows}")
+    done = [row for row in slots if row is not None]
+    return Generations(
+        responses=[r.response for r in done],
+        truncated=[r.truncated for r in done],
+        log_probs=[r.log_probs for r in done],
+    )
+
+
 class RolloutEngine(Protocol):
     """What the trainer, evaluation and data preparation need from a sampler."""
 
@@ -62,6 +91,9 @@ class RolloutEngine(Protocol):
     default_stop_ids: list[int]
 
     def generate_ids(self, prompts: list[list[int]], sampling: SamplingParams) -> Generations: ...
+
+    def stream_ids(self, prompts: list[list[int]], sampling: SamplingParams) -> Iterator[list[FinishedRow]]:
+        """The sampling of `generate_ids`, yielded in groups of rows as they finish (in no particular order)."""
 
     def score_ids(self, ids: list[int]) -> list[float]:
         """Log-probs of ids[1:], each given the ids before it, at temperature 1 (the weights push's self-test)."""

@@ -12,15 +12,20 @@ When a vLLM release changes one of these, this is the only file to touch. Facts 
 - The CPU engine reads its KV-cache size from `VLLM_CPU_KVCACHE_SPACE` (GiB) and replaces `torch.set_num_threads`
   with a stub; or1 restores the real function so its trainer can still size thread pools.
 - Sleep mode (freeing GPU memory between rollouts) exists only on CUDA.
+- `llm_engine.add_request(request_id, prompt, params)` queues a request under the caller's id (outputs carry that
+  id; the engine's own id adds a random suffix), and `llm_engine.step()` returns each request's output with
+  `finished` set once it is final (what `LLM.generate` loops over internally), so finished requests can be handed
+  on while the others still decode.
 - Seeded requests on CPU fail when a prompt's prefill is split across scheduler steps (chunked prefill rewinds the
   request's generator, which CPU generators cannot do): on CPU whole prompts are scheduled.
 """
 
 from __future__ import annotations
 
+import itertools
 import math
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from typing import Any
 
 import torch
@@ -118,3 +123,22 @@ def tokens_prompt(ids: list[int]) -> Any:
     from vllm.inputs import TokensPrompt
 
     return TokensPrompt(prompt_token_ids=ids)
+
+
+_CALLS = itertools.count()  # request ids stay unique across calls of one process
+
+
+def stream_finished(llm: Any, prompts: list[Any], params: list[Any]) -> Iterator[list[tuple[int, Any]]]:
+    """(position in `prompts`, RequestOutput) of the requests each engine step finished, until all have."""
+    engine = llm.llm_engine
+    call = next(_CALLS)
+    for i, (prompt, param) in enumerate(zip(prompts, params, strict=True)):
+        engine.add_request(f"or1-{call}-{i}", prompt, param)
+    try:
+        while engine.has_unfinished_requests():
+            done = [(int(out.request_id.rsplit("-", 1)[1]), out) for out in engine.step() if out.finished]
+            if done:
+                yield done
+    finally:  # a consumer that stops early leaves no request behind in the engine
+        if engine.has_unfinished_requests():
+            engine.abort_request([f"or1-{call}-{i}" for i in range(len(prompts))])

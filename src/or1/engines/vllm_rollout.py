@@ -9,13 +9,14 @@ difficulty estimation) it is an in-process engine over a saved model folder. vLL
 from __future__ import annotations
 
 import zlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
 from or1.engines import vllm_compat
-from or1.engines.rollout import Generations, SamplingParams, check_prompts
+from or1.engines.rollout import FinishedRow, Generations, SamplingParams, check_prompts, gather
 from or1.errors import UserError
 
 
@@ -56,6 +57,10 @@ class VLLMRolloutEngine:
 
     def generate_ids(self, prompts: list[list[int]], sampling: SamplingParams) -> Generations:
         """Sample `sampling.n` responses for each prompt (lists of token ids, no padding)."""
+        return gather(self.stream_ids(prompts, sampling), len(prompts) * sampling.n)
+
+    def stream_ids(self, prompts: list[list[int]], sampling: SamplingParams) -> Iterator[list[FinishedRow]]:
+        """The rows of `generate_ids`, yielded after each engine step that finished some."""
         check_prompts(prompts, sampling)
         longest = max(len(p) for p in prompts)
         if longest >= self.max_model_len:
@@ -79,15 +84,9 @@ class VLLMRolloutEngine:
             )
             for i in range(len(rows))
         ]
-        outputs = self.llm.generate([vllm_compat.tokens_prompt(r) for r in rows], params, use_tqdm=False)
-        responses, truncated, log_probs = [], [], []
-        for out in outputs:
-            sample = out.outputs[0]
-            ids = list(sample.token_ids)
-            responses.append(ids)
-            truncated.append(sample.finish_reason == "length")
-            log_probs.append([step[token].logprob for step, token in zip(sample.logprobs, ids, strict=True)])
-        return Generations(responses=responses, truncated=truncated, log_probs=log_probs)
+        requests = [vllm_compat.tokens_prompt(r) for r in rows]
+        for done in vllm_compat.stream_finished(self.llm, requests, params):
+            yield [_finished_row(index, out.outputs[0]) for index, out in done]
 
     def score_ids(self, ids: list[int]) -> list[float]:
         """Log-probs of ids[1:], each given the ids before it, at temperature 1 (vLLM's prompt log-probs)."""
@@ -112,6 +111,12 @@ class VLLMRolloutEngine:
         engine schedules again once both are back)."""
         if self.asleep and self.llm.wake_up(tags=tags):  # True once fully awake
             self.asleep = False
+
+
+def _finished_row(index: int, sample: Any) -> FinishedRow:
+    ids = list(sample.token_ids)
+    log_probs = [step[token].logprob for step, token in zip(sample.logprobs, ids, strict=True)]
+    return FinishedRow(index, ids, sample.finish_reason == "length", log_probs)
 
 
 def sample_seed(seed: int, index: int) -> int:

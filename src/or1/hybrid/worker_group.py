@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import socket
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import ray
@@ -51,6 +51,10 @@ class RankActor:
     def call(self, role: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
         return getattr(self.roles[role], method)(*args, **kwargs)
 
+    def stream(self, role: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Iterator[Any]:
+        """A generator method's items, each sent to the controller as it is yielded (a Ray streaming call)."""
+        yield from getattr(self.roles[role], method)(*args, **kwargs)
+
 
 _RemoteRankActor = ray.remote(RankActor)
 
@@ -65,16 +69,21 @@ def wait_all(group: str, method: str, refs: list[ray.ObjectRef], timeout_s: floa
         if not done:
             raise WorkerError(group, rank_of[pending[0]], method, f"no result within {timeout_s} s")
         rank = rank_of[done[0]]
-        try:
-            results[rank] = ray.get(done[0])
-        except RayTaskError as e:
-            if isinstance(getattr(e, "cause", None), UserError):  # the user's to fix: one line, no restart
-                raise UserError(f"{e.cause} (worker group {group!r} rank {rank}, {method}())") from None
-            raise WorkerError(group, rank, method, _last_line(str(e))) from e
-        except RayActorError as e:
-            detail = f"its actor process died ({type(e).__name__})"
-            raise WorkerError(group, rank, method, detail, died=True) from e
+        results[rank] = _get(group, rank, method, done[0])
     return [results[r] for r in range(len(refs))]
+
+
+def _get(group: str, rank: int, method: str, ref: ray.ObjectRef) -> Any:
+    """One rank's result; its failure as a one-line UserError (the user's to fix) or a WorkerError."""
+    try:
+        return ray.get(ref)
+    except RayTaskError as e:
+        if isinstance(getattr(e, "cause", None), UserError):  # the user's to fix: one line, no restart
+            raise UserError(f"{e.cause} (worker group {group!r} rank {rank}, {method}())") from None
+        raise WorkerError(group, rank, method, _last_line(str(e))) from e
+    except RayActorError as e:
+        detail = f"its actor process died ({type(e).__name__})"
+        raise WorkerError(group, rank, method, detail, died=True) from e
 
 
 class WorkerGroup:
@@ -148,6 +157,37 @@ class WorkerGroup:
             raise ValueError(
                 f"worker group {self.name!r}: cannot collect the results of {method}(): {e}"
             ) from e
+
+    def stream(self, method: str, on_item: Callable[[int, Any], None], *args: Any, **kwargs: Any) -> Any:
+        """Run the generator `method` on every rank: `on_item(rank, item)` for each item as it arrives, but the last
+        item of each rank, which is that rank's result, collected as a plain call's would be."""
+        spec = method_spec(self.worker_cls, method)
+        if spec is None:
+            raise AttributeError(f"{self.worker_cls.__name__}.{method} is not marked @register(...)")
+        self._actors.check_alive(self.name, method)
+        split = split_call(spec.dispatch, self.world_size, args, kwargs)
+        rank_of = {
+            a.stream.options(num_returns="streaming").remote(self._role, method, c.args, c.kwargs): rank
+            for rank, (a, c) in enumerate(zip(self._actors.handles, split.calls, strict=True))
+        }
+        last: dict[int, Any] = {}
+        pending = list(rank_of)
+        while pending:
+            (ready,), pending = ray.wait(pending, num_returns=1)
+            rank = rank_of[ready]
+            try:
+                ref = next(ready)
+            except StopIteration:
+                continue
+            item = _get(self.name, rank, method, ref)
+            if rank in last:  # an earlier item is a progress item only once another follows it
+                on_item(rank, last[rank])
+            last[rank] = item
+            pending.append(ready)
+        missing = [rank for rank in range(self.world_size) if rank not in last]
+        if missing:
+            raise WorkerError(self.name, missing[0], method, "its generator yielded nothing")
+        return collect(spec.dispatch, [last[r] for r in range(self.world_size)], split.pad)
 
     def shutdown(self) -> None:
         """Kill the rank actors and release the pool (colocated roles share actors: this ends all of them)."""

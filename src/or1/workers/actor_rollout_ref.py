@@ -32,9 +32,10 @@ import torch.distributed as dist
 from or1.algos.losses import LossConfig
 from or1.config.schema import RunConfig
 from or1.engines.loading import load_rollout_engine
-from or1.engines.rollout import RolloutEngine, SamplingParams
+from or1.engines.rollout import FinishedRow, RolloutEngine, SamplingParams, gather
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import (
+    ABILITY,
     ADVANTAGES,
     ATTENTION_MASK,
     ENTROPY,
@@ -48,6 +49,7 @@ from or1.hybrid.columns import (
     RESPONSE_MASK,
     RESPONSE_TEXT,
     RESPONSES,
+    REWARD_MODEL,
     ROLLOUT_LOG_PROBS,
     SEQUENCE_COLUMNS,
     TRUNCATED,
@@ -58,6 +60,7 @@ from or1.tokens import load_tokenizer
 from or1.workers import weight_sync
 
 MODEL_DIR = "model"  # inside a checkpoint folder: the HF model (+ optimizer.pt)
+FINISHED_GROUPS = 8  # finished rows go to the controller in about this many groups per call
 
 
 class ActorRolloutRefWorker(Worker):
@@ -139,6 +142,16 @@ class ActorRolloutRefWorker(Worker):
         meta: step and seed (the sampling seed derives from them), and optionally `sampling` overriding n,
         temperature, top_p and max_response_length (validation).
         """
+        *_, batch = self.stream_sequences(prompts)
+        return batch
+
+    @register(Dispatch.DP_COMPUTE)
+    def stream_sequences(self, prompts: Batch) -> Iterator[list[dict[str, Any]] | Batch]:
+        """`generate_sequences` that first yields what the verifiers read of each row as soon as it is final, in a
+        few groups per call, so the controller scores them while the other rows still decode; the last item is the
+        Batch. A row is {"key": its row in the controller's whole batch, "ability", "response", "reward_model"}:
+        the controller splits a batch into equal rank shares in rank order, so that row is rank x share + row here.
+        """
         r = self.cfg.rollout
         seed = _mix(
             int(prompts.meta.get("seed", self.cfg.trainer.seed)),
@@ -161,23 +174,48 @@ class ActorRolloutRefWorker(Worker):
         training = "step" in prompts.meta
         self.step = int(prompts.meta["step"]) if training else self.step
         where = f"step {self.step}" if training else f"validation after step {self.step}"
+        rows = range(mine.start * n, mine.stop * n)  # this rank's rows of its tensor-parallel group's call
+        readable = all(column in prompts for column in (ABILITY, REWARD_MODEL))
+        finished: list[FinishedRow | None] = [None] * len(rows)
+        text: list[str] = [""] * len(rows)
+        ready: list[dict[str, Any]] = []
+        group = max(1, -(-len(rows) // FINISHED_GROUPS))
         with self.rollout_phase(where):
-            out = self.rollout.generate_ids(group_prompts, sampling)
-        rows = slice(mine.start * n, mine.stop * n)
-        responses, truncated = out.responses[rows], out.truncated[rows]
-        log_probs = out.log_probs[rows] if out.log_probs is not None else [[0.0] * len(x) for x in responses]
+            for part in self.rollout.stream_ids(group_prompts, sampling):
+                mine_now = [row for row in part if row.index in rows]
+                decoded = self.tokenizer.batch_decode(
+                    [row.response for row in mine_now], skip_special_tokens=True
+                )
+                for row, words in zip(mine_now, decoded, strict=True):
+                    local = row.index - rows.start
+                    finished[local], text[local] = row, words
+                    if readable:
+                        prompt = local // n
+                        ready.append(
+                            {
+                                "key": self.rank * len(rows) + local,
+                                ABILITY: prompts[ABILITY][prompt],
+                                "response": words,
+                                REWARD_MODEL: prompts[REWARD_MODEL][prompt],
+                            }
+                        )
+                if len(ready) >= group:
+                    yield ready
+                    ready = []
+        if ready:
+            yield ready
+        out = gather([[row for row in finished if row is not None]], len(rows))
         repeated = prompts.drop([PROMPT_IDS]).repeat(n, interleave=True)
         tensors = pack_sequences(
             [p for p in prompt_ids for _ in range(n)],
-            responses,
+            out.responses,
             self.cfg.data.max_prompt_length,
             budget,
             self.rollout.pad_token_id,
         )
-        tensors[ROLLOUT_LOG_PROBS] = _pad_rows(log_probs, budget)
-        tensors[TRUNCATED] = torch.tensor(truncated, dtype=torch.bool)
-        text = self.tokenizer.batch_decode(responses, skip_special_tokens=True)
-        return repeated.union(Batch(tensors, {RESPONSE_TEXT: text}))
+        tensors[ROLLOUT_LOG_PROBS] = _pad_rows(out.log_probs, budget)
+        tensors[TRUNCATED] = torch.tensor(out.truncated, dtype=torch.bool)
+        yield repeated.union(Batch(tensors, {RESPONSE_TEXT: text}))
 
     @contextmanager
     def rollout_phase(self, where: str = "") -> Iterator[None]:
