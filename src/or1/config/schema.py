@@ -317,6 +317,31 @@ class RewardConfig(Section):
         "answer statement, else math-verify's own extraction ($...$, \\[...\\], plain text), as Skywork-OR1; "
         "statement: no math-verify fallback; boxed: boxes only.",
     )
+    placement: Literal["head", "cluster"] = Field(
+        "head",
+        description="Where rewards are scored. head: in the controller's process (its verifier processes and "
+        "sandbox), no cluster needed; cluster: one scorer actor on every Ray node, each with its own verifier "
+        "processes and sandbox, fed by the controller by outstanding work; a lost or hung scorer is replaced and "
+        "its rows scored again.",
+    )
+    scorer_cpus: float | None = Field(
+        None,
+        gt=0,
+        description="CPUs each cluster scorer declares to Ray, so training and scoring do not oversubscribe a node "
+        "(None: reward.workers, one per verifier process). Nodes with fewer CPUs get no scorer.",
+    )
+    scorer_grace: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds a cluster scorer may run past a chunk's bound (its rows x the timeouts, over its "
+        "verifier processes) before it counts as hung: it is killed, replaced and its rows sent again.",
+    )
+    scoring_retries: int = Field(
+        2,
+        ge=0,
+        description="Times a chunk of rows is sent again after its scorer died or hung; then the step fails "
+        "with one line naming the rows and the scorer.",
+    )
 
 
 class TrainerConfig(Section):

@@ -27,6 +27,8 @@ RESPONSE_TEXT = "response_text"  # non-tensor: the decoded response
 # Rewards (trainer/rewards.py) and the truncation policy (trainer/phases.py)
 SCORES = "scores"  # [B]: the verifier's score
 SCORE_REASON = "score_reason"  # non-tensor: why (correct, wrong answer, timeout, ...)
+SCORE_SECONDS = "score_seconds"  # non-tensor: wall seconds the verifier spent on the row
+SCORE_NODE = "score_node"  # non-tensor: where it was scored ("head", or the Ray node's short id)
 REWARD_SECONDS = "reward_seconds"  # meta of a scored batch: {ability: seconds its verifier took}
 REWARDS = "rewards"  # [B]: the score after the truncation policy
 

@@ -19,9 +19,19 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
 
 from or1.hybrid.batch import Batch
-from or1.hybrid.columns import DATA_SOURCE, PROMPT_KEY, RESPONSE_TEXT, REWARD_MODEL, SCORE_REASON, SCORES
+from or1.hybrid.columns import (
+    DATA_SOURCE,
+    PROMPT_KEY,
+    RESPONSE_TEXT,
+    REWARD_MODEL,
+    SCORE_NODE,
+    SCORE_REASON,
+    SCORE_SECONDS,
+    SCORES,
+)
 from or1.layout import METRICS_FILE, SAMPLES_DIR, TENSORBOARD_DIR
 from or1.preflight import require_wandb
+from or1.trainer.scoring import slowest_rows
 
 
 class PhaseTimer:
@@ -163,24 +173,31 @@ def progress_line(step: int, total: int, m: dict[str, Any]) -> str:
 
 
 def write_step_samples(stage_dir: Path, step: int, batch: Batch, count: int) -> Path | None:
-    """The first `count` sampled responses of a step (with ground truth, score and reason) as samples/step_<N>.jsonl."""
+    """The first `count` sampled responses of a step (with ground truth, score, reason, scoring seconds and node), then
+    the step's slowest-scored rows not among them (marked `slowest`), as samples/step_<N>.jsonl."""
     if count <= 0 or len(batch) == 0:
         return None
     nt, scores = batch.non_tensor, batch.tensors.get(SCORES)
+    slowest = slowest_rows(nt[SCORE_SECONDS]) if SCORE_SECONDS in nt else []
+    picked = list(range(min(count, len(batch))))
+    picked += [i for i in slowest if i not in picked]
     rows = []
-    for i in range(min(count, len(batch))):
+    for i in picked:
         reward_model = nt[REWARD_MODEL][i] if REWARD_MODEL in nt else None
-        rows.append(
-            {
-                "step": step,
-                "prompt_key": str(nt[PROMPT_KEY][i]) if PROMPT_KEY in nt else None,
-                "data_source": str(nt[DATA_SOURCE][i]) if DATA_SOURCE in nt else None,
-                "response": str(nt[RESPONSE_TEXT][i]) if RESPONSE_TEXT in nt else None,
-                "ground_truth": reward_model.get("ground_truth") if isinstance(reward_model, dict) else None,
-                "score": float(scores[i]) if scores is not None else None,
-                "reason": str(nt[SCORE_REASON][i]) if SCORE_REASON in nt else None,
-            }
-        )
+        row = {
+            "step": step,
+            "prompt_key": str(nt[PROMPT_KEY][i]) if PROMPT_KEY in nt else None,
+            "data_source": str(nt[DATA_SOURCE][i]) if DATA_SOURCE in nt else None,
+            "response": str(nt[RESPONSE_TEXT][i]) if RESPONSE_TEXT in nt else None,
+            "ground_truth": reward_model.get("ground_truth") if isinstance(reward_model, dict) else None,
+            "score": float(scores[i]) if scores is not None else None,
+            "reason": str(nt[SCORE_REASON][i]) if SCORE_REASON in nt else None,
+        }
+        if SCORE_SECONDS in nt:
+            row.update(score_seconds=float(nt[SCORE_SECONDS][i]), slowest=i in slowest)
+        if SCORE_NODE in nt:
+            row["score_node"] = str(nt[SCORE_NODE][i])
+        rows.append(row)
     folder = stage_dir / SAMPLES_DIR
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"step_{step}.jsonl"

@@ -31,13 +31,16 @@ from or1.hybrid.columns import (
     RETURNS,
     REWARDS,
     ROLLOUT_LOG_PROBS,
+    SCORE_NODE,
     SCORE_REASON,
+    SCORE_SECONDS,
     SCORES,
     TRUNCATED,
     UID,
     VALUES,
 )
 from or1.hybrid.dispatch import balanced_order
+from or1.trainer.scoring import slowest_rows
 
 
 def truncation_policy(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
@@ -191,7 +194,28 @@ def rollout_metrics(batch: Batch, rejection: RejectionStats) -> dict[str, float]
         "response/truncated_frac": float(batch.tensors[TRUNCATED].float().mean()),
         "response/tokens": float(lengths.sum()),
         **ability_metrics(batch),
+        **scoring_metrics(batch),
     }
+
+
+def scoring_metrics(batch: Batch) -> dict[str, float | str]:
+    """Where and how long the rows were scored: rows per node (`reward/rows_node_<node>`), the slowest row's
+    seconds and the slowest rows as `<seconds>s <ability> <reason>` (under time/ and perf/: they vary run to run)."""
+    out: dict[str, float | str] = {}
+    if SCORE_NODE in batch.non_tensor:
+        nodes, counts = np.unique(np.asarray(batch.non_tensor[SCORE_NODE], dtype=str), return_counts=True)
+        out.update({f"reward/rows_node_{n}": float(c) for n, c in zip(nodes, counts, strict=True)})
+    if SCORE_SECONDS in batch.non_tensor and len(batch):
+        seconds = [float(s) for s in batch.non_tensor[SCORE_SECONDS]]
+        slowest = slowest_rows(seconds)
+        out["time/reward_slowest_row"] = seconds[slowest[0]]
+        nt = batch.non_tensor
+        out["perf/reward_slowest_rows"] = "; ".join(
+            f"{seconds[i]:.1f}s {nt[ABILITY][i] if ABILITY in nt else '?'} "
+            f"{nt[SCORE_REASON][i] if SCORE_REASON in nt else '?'}"
+            for i in slowest
+        )
+    return out
 
 
 def ability_metrics(batch: Batch) -> dict[str, float]:

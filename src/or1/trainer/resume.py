@@ -27,6 +27,10 @@ OPERATIONAL_KEYS = (
     "trainer.wandb_project",
     "trainer.wandb_run_name",
     "reward.workers",
+    "reward.placement",
+    "reward.scorer_cpus",
+    "reward.scorer_grace",
+    "reward.scoring_retries",
 )
 
 

@@ -1,35 +1,69 @@
-"""The training loop's reward: scores a Batch of decoded responses with or1's verifiers, from the controller.
+"""The training loop's reward: scores decoded responses with or1's verifiers, on the head or on the cluster.
 
-`RewardManager.compute_scores` hands the rows to `or1.rewards.score.score_batch`, which runs the verifiers in a
-persistent pool of killable processes with hard time limits (code inside the sandbox), so a pathological answer
-stalls neither the controller nor a rank. verl and Skywork-OR1 score rule-based rewards in the driver with a process
-pool too. (or1 first gave this front-end a Ray actor of its own: a process that imported Ray and torch only to
-forward rows to the same pool, about 6 CPU-seconds of the tiny recipe's start-up.)
+`RewardManager.session()` opens a scoring session (or1.trainer.scoring): rows go in as they are ready, scores come
+out at `finish()`. reward.placement head scores in the controller's process: `or1.rewards.score.score_batch` runs
+the verifiers in a persistent pool of killable processes with hard time limits (code inside the sandbox), on a
+background thread, so scoring overlaps whatever the controller does meanwhile. verl and Skywork-OR1 score
+rule-based rewards in the driver with a process pool too. reward.placement cluster spreads the rows over one scorer
+actor per Ray node (or1.trainer.scoring_cluster), each with its own verifier processes and sandbox.
 
-Reads non-tensor columns `ability`, `response_text`, `reward_model`; writes `scores` [B] (float) and the non-tensor
-`score_reason`, with the seconds each ability's verifier took in the meta (`reward_seconds`: {"math": s, "code": s}).
+`compute_scores` reads non-tensor columns `ability`, `response_text`, `reward_model`; writes `scores` [B] (float),
+the non-tensor `score_reason`, `score_seconds` and `score_node`, with the seconds each ability's verifier took in
+the meta (`reward_seconds`: {"math": s, "code": s}).
 """
 
 from __future__ import annotations
 
-import time
+from concurrent.futures import ThreadPoolExecutor
 
 import torch
 
 from or1.config.schema import RewardConfig
 from or1.hybrid.batch import Batch
-from or1.hybrid.columns import REWARD_COLUMNS, REWARD_SECONDS, SCORE_REASON, SCORES
-from or1.rewards.score import math_pool, score_batch
+from or1.hybrid.columns import (
+    REWARD_COLUMNS,
+    REWARD_SECONDS,
+    SCORE_NODE,
+    SCORE_REASON,
+    SCORE_SECONDS,
+    SCORES,
+)
+from or1.rewards.score import math_pool
+from or1.trainer.scoring import HeadSession, Scored, ScoringSession, row_seconds
+
+__all__ = ["RewardManager", "Scored", "ScoringSession"]
 
 
 class RewardManager:
-    """The verifiers' front-end; their processes are shared by the whole controller and stop when it exits."""
+    """The verifiers' front-end. Head placement: their processes are shared by the whole controller and stop when
+    it exits; cluster placement: one scorer actor per node, stopped by `close()`.
 
-    def __init__(self, config: RewardConfig):
+    `scorer_cls` (cluster placement) is the scorer actor's class, `or1.workers.scorer.Scorer` unless a test gives
+    its own.
+    """
+
+    def __init__(self, config: RewardConfig, *, scorer_cls: type | None = None):
         self.cfg = config
-        # The verifier processes import and warm up now, while the actor ranks load their models, so the first
-        # scoring (step 0's validation) does not wait for them.
-        math_pool(config.workers).start()
+        self._plane = None
+        self._executor: ThreadPoolExecutor | None = None
+        if config.placement == "cluster":
+            from or1.trainer.scoring_cluster import ScorerPlane  # imports Ray: only for cluster placement
+
+            self._plane = ScorerPlane(config, **({"scorer_cls": scorer_cls} if scorer_cls else {}))
+        else:
+            # The verifier processes import and warm up now, while the actor ranks load their models, so the first
+            # scoring (step 0's validation) does not wait for them.
+            math_pool(config.workers).start()
+            self._executor = ThreadPoolExecutor(1, thread_name_prefix="or1-scoring")
+
+    def session(self) -> ScoringSession:
+        """A new scoring session (one per batch): `submit` rows as they are ready, `finish` for every score."""
+        if self._plane is not None:
+            from or1.trainer.scoring_cluster import ClusterSession
+
+            return ClusterSession(self._plane)
+        assert self._executor is not None
+        return HeadSession(self.cfg, self._executor)
 
     def compute_scores(self, batch: Batch) -> Batch:
         """One score per response (1.0 / 0.0 for math) and the verifier's one-word reason; each ability's rows are
@@ -38,23 +72,23 @@ class RewardManager:
             {"ability": ability, "response": text, "reward_model": reward_model}
             for ability, text, reward_model in zip(*(batch[c] for c in REWARD_COLUMNS), strict=True)
         ]
-        scores, reasons = [0.0] * len(rows), [""] * len(rows)
-        seconds: dict[str, float] = {}
-        for ability in sorted({row["ability"] for row in rows}):
-            indices = [i for i, row in enumerate(rows) if row["ability"] == ability]
-            start = time.perf_counter()
-            results = score_batch(
-                [rows[i] for i in indices],
-                workers=self.cfg.workers,
-                timeout=self.cfg.math_timeout,
-                code_timeout=self.cfg.code_timeout,
-                math_extraction=self.cfg.math_extraction,
-            )
-            seconds[str(ability)] = time.perf_counter() - start
-            for i, result in zip(indices, results, strict=True):
-                scores[i], reasons[i] = result.score, result.reason
+        session = self.session()
+        session.submit(list(range(len(rows))), rows)
+        scored = session.finish()
+        results = [scored.results[i] for i in range(len(rows))]
         return Batch(
-            {SCORES: torch.tensor(scores, dtype=torch.float32)},
-            {SCORE_REASON: reasons},
-            {REWARD_SECONDS: seconds},
+            {SCORES: torch.tensor([r.score for r in results], dtype=torch.float32)},
+            {
+                SCORE_REASON: [r.reason for r in results],
+                SCORE_SECONDS: [row_seconds(r) for r in results],
+                SCORE_NODE: [scored.nodes[i] for i in range(len(rows))],
+            },
+            {REWARD_SECONDS: scored.ability_seconds},
         )
+
+    def close(self) -> None:
+        """Stop the scorer actors (cluster placement) and the scoring thread; the manager cannot score afterwards."""
+        if self._plane is not None:
+            self._plane.close()
+        if self._executor is not None:
+            self._executor.shutdown(wait=False, cancel_futures=True)

@@ -1,0 +1,53 @@
+"""One reward scorer per Ray node: scores chunks of rows with that node's own verifier processes and sandbox.
+
+The controller (`or1.trainer.scoring_cluster`) starts one `Scorer` actor on every node when reward.placement is
+cluster, declaring its CPUs to Ray, and feeds it chunks of rows of one ability. The actor calls the same
+`or1.rewards.score.score_batch` as head placement, so a row scores the same wherever it is scored; its verifier
+pools are process-wide in the actor and die with it. Chunks run one at a time (the pools run one batch at a time).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+
+import ray
+
+from or1.config.schema import RewardConfig
+from or1.rewards.result import Result
+from or1.rewards.score import math_pool, score_batch
+
+
+@dataclass(frozen=True)
+class ChunkScores:
+    """A scorer's answer for one chunk: one Result per row in order, its node and the chunk's wall seconds."""
+
+    node: str
+    results: list[Result]
+    seconds: float
+
+
+class Scorer:
+    """The body of a scorer actor (the controller wraps it with `ray.remote`); rows as in `score_batch`."""
+
+    def __init__(self, config: RewardConfig) -> None:
+        self.cfg = config
+        self.node = ray.get_runtime_context().get_node_id()
+        math_pool(config.workers).start()  # the verifier processes warm up while the actor is created
+
+    def ready(self) -> str:
+        """Returns this node's id once a verifier process is warm (the controller then starts its deadlines)."""
+        math_pool(self.cfg.workers).map(abs, [(0,)], timeout=60.0)
+        return self.node
+
+    def score(self, rows: list[dict]) -> ChunkScores:
+        """Score one chunk of rows ({"ability", "response", "reward_model"})."""
+        start = time.perf_counter()
+        results = score_batch(
+            rows,
+            workers=self.cfg.workers,
+            timeout=self.cfg.math_timeout,
+            code_timeout=self.cfg.code_timeout,
+            math_extraction=self.cfg.math_extraction,
+        )
+        return ChunkScores(self.node, results, time.perf_counter() - start)
