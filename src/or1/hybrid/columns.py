@@ -30,6 +30,7 @@ SCORE_REASON = "score_reason"  # non-tensor: why (correct, wrong answer, timeout
 SCORE_SECONDS = "score_seconds"  # non-tensor: wall seconds the verifier spent on the row
 SCORE_NODE = "score_node"  # non-tensor: where it was scored ("head", or the Ray node's short id)
 REWARD_SECONDS = "reward_seconds"  # meta of a scored batch: {ability: seconds its verifier took}
+REWARD_HIDDEN = "reward_hidden"  # meta: seconds of scoring that ran while the rows were still being generated
 REWARDS = "rewards"  # [B]: the score after the truncation policy
 
 # Actor, reference and critic passes (engines/fsdp.py through the workers)

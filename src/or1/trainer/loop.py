@@ -25,6 +25,7 @@ from or1.hybrid.columns import (
     REF_LOG_PROBS,
     RESPONSE_MASK,
     REWARD_COLUMNS,
+    REWARD_HIDDEN,
     REWARD_SECONDS,
     REWARDS,
     SEQUENCE_COLUMNS,
@@ -164,14 +165,25 @@ def _count_skipped(t: Trainer, reasons: dict[str, float]) -> None:
 
 
 def sample_round(t: Trainer, step: int, round_: int, timer: PhaseTimer) -> Batch:
-    """Generate a batch of prompts' groups, score them, apply the truncation policy, count per-prompt solves."""
+    """Generate a batch of prompts' groups, score them, apply the truncation policy, count per-prompt solves.
+
+    Rows are scored as they finish: the ranks stream each finished row's reward inputs into a scoring session while
+    the others still decode, so only the scoring left after the last row (`time/reward`) is on the step's critical
+    path; `time/reward_hidden` is the scoring that ran during generation.
+    """
+    session = t.rewards.session()
+
+    def score_finished(_rank: int, rows: list[dict[str, Any]]) -> None:
+        session.submit([row.pop("key") for row in rows], rows)
+
     with timer("generate"):
-        batch = t.actor.generate_sequences(t.loader.next_batch(step, round_))
+        batch = t.actor.stream("stream_sequences", score_finished, t.loader.next_batch(step, round_))
     with timer("reward"):
-        scored = t.rewards.compute_scores(batch.only(REWARD_COLUMNS))
+        scored = t.rewards.compute_scores(batch.only(REWARD_COLUMNS), session)
         batch = truncation_policy(batch.union(Batch(scored.tensors, scored.non_tensor)), t.cfg.algorithm)
     for ability, seconds in scored.meta[REWARD_SECONDS].items():
         timer.add(f"reward_{ability}", seconds)
+    timer.add("reward_hidden", scored.meta[REWARD_HIDDEN])
     t.prompt_stats.update(batch.non_tensor[PROMPT_KEY], batch.tensors[REWARDS])
     return batch
 

@@ -22,6 +22,7 @@ from or1.config.schema import RewardConfig
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import (
     REWARD_COLUMNS,
+    REWARD_HIDDEN,
     REWARD_SECONDS,
     SCORE_NODE,
     SCORE_REASON,
@@ -32,6 +33,14 @@ from or1.rewards.score import math_pool
 from or1.trainer.scoring import HeadSession, Scored, ScoringSession, row_seconds
 
 __all__ = ["RewardManager", "Scored", "ScoringSession"]
+
+
+def hidden_seconds(scored: Scored) -> float:
+    """Scoring time that ran while the caller did something else: the scoring's wall time (its span, or the
+    verifiers' summed seconds when those are less: idle gaps between streamed rows are not scoring) minus the time
+    the caller waited in finish()."""
+    working = min(scored.busy_seconds, sum(scored.ability_seconds.values()))
+    return max(0.0, working - scored.exposed_seconds)
 
 
 class RewardManager:
@@ -65,15 +74,21 @@ class RewardManager:
         assert self._executor is not None
         return HeadSession(self.cfg, self._executor)
 
-    def compute_scores(self, batch: Batch) -> Batch:
+    def compute_scores(self, batch: Batch, session: ScoringSession | None = None) -> Batch:
         """One score per response (1.0 / 0.0 for math) and the verifier's one-word reason; each ability's rows are
-        scored apart so the step can report what each costs (code: its sandbox seconds)."""
+        scored apart so the step can report what each costs (code: its sandbox seconds).
+
+        `session`: one the rows were already streamed into, keyed by their row in `batch` (generation submits each
+        row as it finishes); the rows it has not seen are submitted now. The meta then also says how much of the
+        scoring ran while the caller did something else (REWARD_HIDDEN) and how long the caller waited for it.
+        """
         rows = [
             {"ability": ability, "response": text, "reward_model": reward_model}
             for ability, text, reward_model in zip(*(batch[c] for c in REWARD_COLUMNS), strict=True)
         ]
-        session = self.session()
-        session.submit(list(range(len(rows))), rows)
+        session = session or self.session()
+        unseen = [i for i in range(len(rows)) if i not in session.submitted]
+        session.submit(unseen, [rows[i] for i in unseen])
         scored = session.finish()
         results = [scored.results[i] for i in range(len(rows))]
         return Batch(
@@ -83,7 +98,10 @@ class RewardManager:
                 SCORE_SECONDS: [row_seconds(r) for r in results],
                 SCORE_NODE: [scored.nodes[i] for i in range(len(rows))],
             },
-            {REWARD_SECONDS: scored.ability_seconds},
+            {
+                REWARD_SECONDS: scored.ability_seconds,
+                REWARD_HIDDEN: hidden_seconds(scored),
+            },
         )
 
     def close(self) -> None:

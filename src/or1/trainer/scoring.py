@@ -85,6 +85,12 @@ class ScoringSession:
         if keys:
             self._start(keys, rows)
 
+    @property
+    def submitted(self) -> frozenset[Hashable]:
+        """The keys submitted so far."""
+        with self._lock:
+            return frozenset(self._submitted)
+
     def finish(self) -> Scored:
         """Blocks until every submitted row is scored (or raises a one-line UserError naming rows and scorer)."""
         begin = time.perf_counter()
