@@ -91,6 +91,7 @@ def test_timeout_is_per_test(backend: str):
     slow = respond("import time\nx = int(input())\nif x == 2:\n    time.sleep(5)\nprint(x)\n")
     result = score_code_batch([slow], [gt], backend=backend, timeout=1.0)[0]
     assert result.score == 0.0 and result.reason == TIMEOUT
+    assert 1.0 <= result.seconds < 5.0  # the problem's sandbox visit, its timed-out test included
 
 
 def test_batch_order_is_kept_across_slots(backend: str):

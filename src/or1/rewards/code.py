@@ -9,6 +9,7 @@ Binary reward by default (every test passes; stops at the first failure), or the
 from __future__ import annotations
 
 import ast
+import dataclasses
 import json
 import re
 import time
@@ -213,7 +214,12 @@ def _run_prepared(
     todo = [(i, p) for i, p in enumerate(prepared) if not isinstance(p, Result)]
 
     def job(item: tuple[str, list[Case]], per_test: float):
-        return lambda sandbox: score_program(item[0], item[1], sandbox, timeout=per_test, fraction=fraction)
+        def visit(sandbox: Sandbox) -> Result:
+            start = time.monotonic()
+            result = score_program(item[0], item[1], sandbox, timeout=per_test, fraction=fraction)
+            return dataclasses.replace(result, seconds=round(time.monotonic() - start, 6))
+
+        return visit
 
     if todo:
         outcomes = pool.map([job(p, timeouts[i]) for i, p in todo])

@@ -31,11 +31,13 @@ _READY = "ready"
 
 @dataclass(frozen=True)
 class Outcome:
-    """What became of one task: `status` is ok (then `value` is the return value), timeout or error."""
+    """What became of one task: `status` is ok (then `value` is the return value), timeout or error; `seconds`
+    is the wall time from handing it to a worker to its answer or kill."""
 
     status: str
     value: Any = None
     error: str | None = None
+    seconds: float = 0.0
 
 
 def _mapped_bytes() -> int:
@@ -92,7 +94,12 @@ class _Worker:
         self.ready = False
         self.started = time.monotonic()
         self.task: int | None = None
+        self.sent = 0.0  # when the current task was handed over
         self.deadline = 0.0
+
+    def took(self) -> float:
+        """Seconds since the current task was handed over."""
+        return time.monotonic() - self.sent
 
     def kill(self) -> None:
         """SIGKILL the process and reap it; killing is the only stop that works on a hung sympy call."""
@@ -192,7 +199,7 @@ class ProcessPool:
                     if worker.task is not None:
                         code = worker.proc.exitcode
                         results[worker.task] = Outcome(
-                            ERROR, error=f"verifier process died (exit code {code})"
+                            ERROR, error=f"verifier process died (exit code {code})", seconds=worker.took()
                         )
                     else:
                         failed_starts += 1
@@ -204,7 +211,10 @@ class ProcessPool:
                     worker.ready = True
                     continue
                 index, ok, payload = message
-                results[index] = Outcome(OK, payload) if ok else Outcome(ERROR, error=payload)
+                took = worker.took()
+                results[index] = (
+                    Outcome(OK, payload, seconds=took) if ok else Outcome(ERROR, error=payload, seconds=took)
+                )
                 worker.task = None
             self._expire(results)
         return [r if r is not None else Outcome(ERROR, error="task lost") for r in results]
@@ -223,14 +233,15 @@ class ProcessPool:
                 queue.appendleft(index)
                 self._replace(slot)
                 continue
-            worker.task, worker.deadline = index, time.monotonic() + timeout
+            worker.sent = time.monotonic()
+            worker.task, worker.deadline = index, worker.sent + timeout
 
     def _expire(self, results: list[Outcome | None]) -> None:
         """Kill and replace every worker past its task deadline; stuck startups are a bug and raise."""
         now = time.monotonic()
         for slot, worker in enumerate(self._slots):
             if worker.task is not None and now >= worker.deadline:
-                results[worker.task] = Outcome(TIMEOUT)
+                results[worker.task] = Outcome(TIMEOUT, seconds=worker.took())
                 self._replace(slot)
             elif not worker.ready and now >= worker.started + STARTUP_TIMEOUT:
                 raise RuntimeError(f"a pool worker did not start within {STARTUP_TIMEOUT:.0f} s")

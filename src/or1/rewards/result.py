@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 # One-word reasons, shared by every reward so that summaries and metrics can count them together.
 CORRECT = "correct"
@@ -25,6 +25,9 @@ class Result:
     reason: str
     extracted: str | None = None  # the final answer or program the verifier judged, when one was found
     detail: str | None = None  # one line for humans (which test failed, what timed out)
+    # wall seconds the verifier spent on this row (0.0 when decided without running anything), so a step can name
+    # its slowest rows; a measurement, not part of the verdict, so two equal verdicts compare equal
+    seconds: float = field(default=0.0, compare=False)
 
     @property
     def correct(self) -> bool:

@@ -8,6 +8,7 @@ persistent killable process pool (`or1.rewards.pool`) with a hard per-response t
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import threading
 from collections.abc import Mapping, Sequence
@@ -82,11 +83,12 @@ def _score_math(
     outcomes = math_pool(workers).map(verify_math, [args for _, args in pending], timeout=timeout)
     for (index, _), outcome in zip(pending, outcomes, strict=True):
         if outcome.status == OK:
-            results[index] = outcome.value
+            result = outcome.value
         elif outcome.status == TIMEOUT:
-            results[index] = Result(0.0, TIMEOUT_REASON, detail=f"math verification exceeded {timeout:g} s")
+            result = Result(0.0, TIMEOUT_REASON, detail=f"math verification exceeded {timeout:g} s")
         else:
-            results[index] = Result(0.0, INTERNAL_ERROR, detail=outcome.error)
+            result = Result(0.0, INTERNAL_ERROR, detail=outcome.error)
+        results[index] = dataclasses.replace(result, seconds=round(outcome.seconds, 6))
 
 
 def _score_code(
