@@ -47,7 +47,9 @@ class FakeRollout:
         self.calls.append("rollout.generate")
         if self.fail:
             raise RuntimeError("out of memory")
-        yield [FinishedRow(i, [7, 8], False, [-0.5, -0.5]) for i in range(len(prompts) * sampling.n)]
+        rows = len(prompts) * sampling.n
+        for i in reversed(range(rows)):  # one row at a time, the last first: finishing order is not row order
+            yield [FinishedRow(i, [7, 8 + i], False, [-0.5, -0.5])]
 
     def sleep(self) -> None:
         self.calls.append("rollout.sleep")
@@ -85,6 +87,30 @@ def test_generation_after_an_update_pushes_weights_between_the_two_wakes():
         "actor.onload",
     ]
     assert out["responses"].shape == (4, 48) and out["response_length"].tolist() == [2, 2, 2, 2]
+
+
+def test_finished_rows_stream_out_keyed_by_their_row_in_the_controllers_batch(monkeypatch):
+    """Each finished row's reward inputs come out before the Batch, keyed by its row in the controller's whole batch
+    (this rank's share of 2 prompts x n=2 starts at row rank x 4), with the text and the prompt's reward fields."""
+    monkeypatch.setenv("RANK", "1")
+    prompts = Batch.from_dict(
+        {
+            "prompt_ids": [[1, 2], [3]],
+            "ability": ["math", "code"],
+            "reward_model": [{"ground_truth": "1"}, {"ground_truth": "2"}],
+        },
+        meta={"step": 1},
+    )
+    *parts, batch = worker([], stale=False).stream_sequences(prompts)
+    rows = [row for part in parts for row in part]
+    assert [row["key"] for row in rows] == [7, 6, 5, 4] and len(
+        parts
+    ) == 4  # a group per row of 4: ceil(4 / 8)
+    for row in rows:
+        local = row["key"] - 4
+        assert row["response"] == batch["response_text"][local] == f"7 {8 + local}"
+        assert row["ability"] == ["math", "code"][local // 2]
+        assert row["reward_model"] == {"ground_truth": str(local // 2 + 1)}
 
 
 def test_unchanged_weights_are_not_pushed_again():
