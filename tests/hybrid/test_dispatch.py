@@ -24,7 +24,7 @@ def run_dp(world: int, batch: Batch, fn) -> Batch:
     """What a DP_COMPUTE group does, with ranks simulated by a loop."""
     split = split_call(Dispatch.DP_COMPUTE, world, (batch,), {"scale": 10})
     outs = [fn(rank, *c.args, **c.kwargs) for rank, c in enumerate(split.calls)]
-    return collect(Dispatch.DP_COMPUTE, outs, split.pad)
+    return collect(Dispatch.DP_COMPUTE, outs, split)
 
 
 def test_dp_compute_pads_five_rows_over_two_ranks_and_unpads_the_result():
@@ -39,6 +39,13 @@ def test_dp_compute_pads_five_rows_over_two_ranks_and_unpads_the_result():
     out = run_dp(2, rows(5), double)
     assert torch.equal(out["y"], torch.arange(5) * 10)
     assert out["rank"].tolist() == [0, 0, 0, 1, 1] and out.meta == {"t": 1}
+
+
+def test_dp_compute_drops_every_sample_of_a_padding_row():
+    """A generation returns k rows per prompt: 30 problems on 8 ranks pad 2 prompts, whose 2k rows must all go (an
+    avg@k of 30 problems counting two of them twice was what a per-row unpad gave)."""
+    out = run_dp(8, rows(30), lambda rank, b, scale: b.only(["s"]).repeat(4))
+    assert list(out["s"]) == [f"r{i}" for i in range(30) for _ in range(4)]
 
 
 @pytest.mark.parametrize("n,world", [(4, 2), (1, 3), (7, 4), (8, 8)])
@@ -62,7 +69,8 @@ def test_dp_compute_errors_without_a_batch_or_with_mismatched_lengths():
 
 
 def test_dp_compute_non_batch_results_come_back_as_a_list():
-    assert collect(Dispatch.DP_COMPUTE, [{"loss": 1.0}, {"loss": 2.0}], pad=1) == [
+    split = split_call(Dispatch.DP_COMPUTE, 2, (rows(3),), {})
+    assert collect(Dispatch.DP_COMPUTE, [{"loss": 1.0}, {"loss": 2.0}], split) == [
         {"loss": 1.0},
         {"loss": 2.0},
     ]

@@ -63,7 +63,8 @@ class Split:
     """Per-rank calls plus what `collect` needs to undo the split."""
 
     calls: list[Call]
-    pad: int = 0
+    pad: int = 0  # rows appended to the Batch arguments to make equal shares
+    rows: int = 0  # the padded Batch arguments' length
 
 
 def split_call(dispatch: Dispatch, world_size: int, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Split:
@@ -75,10 +76,16 @@ def split_call(dispatch: Dispatch, world_size: int, args: tuple[Any, ...], kwarg
     raise ValueError(f"unknown dispatch {dispatch!r}")
 
 
-def collect(dispatch: Dispatch, results: list[Any], pad: int = 0) -> Any:
-    """Merge per-rank results (in rank order) into what the controller sees."""
+def collect(dispatch: Dispatch, results: list[Any], split: Split | None = None) -> Any:
+    """Merge per-rank results (in rank order) into what the controller sees. A method may return k rows per row it
+    was given (k samples per prompt): the padding rows' k rows each, at the end, are dropped."""
     if dispatch is Dispatch.DP_COMPUTE and results and all(isinstance(r, Batch) for r in results):
-        return Batch.concat(results).unpad(pad)
+        merged = Batch.concat(results)
+        if split is None or not split.pad:
+            return merged
+        if len(merged) % split.rows:
+            raise ValueError(f"{len(merged)} result rows for {split.rows} rows given: not k per row")
+        return merged.unpad(split.pad * len(merged) // split.rows)
     return list(results)
 
 
@@ -104,7 +111,7 @@ def _split_dp(world_size: int, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         raise TypeError("a DP_COMPUTE method needs at least one Batch argument to split")
     if len(lengths) > 1:
         raise ValueError(f"DP_COMPUTE Batch arguments have different lengths {sorted(lengths)}")
-    pad = -lengths.pop() % world_size
+    pad = -next(iter(lengths)) % world_size
 
     def parts(value: Any) -> list[Any]:
         if not isinstance(value, Batch):
@@ -118,4 +125,4 @@ def _split_dp(world_size: int, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
         Call(tuple(p[r] for p in arg_parts), {k: p[r] for k, p in kwarg_parts.items()})
         for r in range(world_size)
     ]
-    return Split(calls, pad)
+    return Split(calls, pad, next(iter(lengths)) + pad)

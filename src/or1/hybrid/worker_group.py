@@ -152,7 +152,7 @@ class WorkerGroup:
             ]
         results = wait_all(self.name, method, refs)
         try:
-            return collect(dispatch, results, split.pad)
+            return collect(dispatch, results, split)
         except ValueError as e:  # e.g. per-rank Batches whose meta disagree
             raise ValueError(
                 f"worker group {self.name!r}: cannot collect the results of {method}(): {e}"
@@ -187,7 +187,7 @@ class WorkerGroup:
         missing = [rank for rank in range(self.world_size) if rank not in last]
         if missing:
             raise WorkerError(self.name, missing[0], method, "its generator yielded nothing")
-        return collect(spec.dispatch, [last[r] for r in range(self.world_size)], split.pad)
+        return collect(spec.dispatch, [last[r] for r in range(self.world_size)], split)
 
     def shutdown(self) -> None:
         """Kill the rank actors and release the pool (colocated roles share actors: this ends all of them)."""
