@@ -30,7 +30,7 @@ from or1.hybrid.columns import (
     SCORES,
 )
 from or1.rewards.score import math_pool
-from or1.trainer.scoring import HeadSession, Scored, ScoringSession, row_seconds
+from or1.trainer.scoring import HEAD_NODE, HeadSession, Scored, ScoringSession, row_seconds
 
 __all__ = ["RewardManager", "Scored", "ScoringSession"]
 
@@ -73,6 +73,10 @@ class RewardManager:
             return ClusterSession(self._plane)
         assert self._executor is not None
         return HeadSession(self.cfg, self._executor)
+
+    def scorers(self) -> dict[str, int]:
+        """Ready scorer actors per node (short id) under cluster placement; {"head": 1} under head placement."""
+        return self._plane.node_scorers() if self._plane is not None else {HEAD_NODE: 1}
 
     def compute_scores(self, batch: Batch, session: ScoringSession | None = None) -> Batch:
         """One score per response (1.0 / 0.0 for math) and the verifier's one-word reason; each ability's rows are

@@ -14,6 +14,7 @@ Results are kept per row key, so a row is never counted twice (a late duplicate 
 from __future__ import annotations
 
 import itertools
+import logging
 import math
 import threading
 import time
@@ -37,6 +38,7 @@ IN_FLIGHT = 2  # chunks a scorer holds at once: the one it runs and the next, so
 START_TIMEOUT = 180.0  # seconds a new scorer may take to be placed, import and warm a verifier process
 MAX_START_FAILURES = 3  # a node whose scorers fail to start this often gets no more
 POLL = 0.05  # seconds the dispatch thread waits for a result before it looks at deadlines and new chunks
+LOG = logging.getLogger(__name__)
 
 
 def short_node(node_id: str) -> str:
@@ -290,6 +292,8 @@ class ScorerPlane:
         if scorer.ready_ref is not None:
             self._start_failures[scorer.node] += 1
         entries = list(scorer.inflight)
+        rows = sum(len(chunk.keys) for chunk, _, _ in entries)
+        LOG.warning("%s lost: %s; its %d outstanding rows go to another scorer", scorer.name, why, rows)
         for chunk, _, _ in reversed(entries[1:]):
             if not chunk.session.failed:
                 self._pending.appendleft(chunk)

@@ -45,41 +45,44 @@ def train_in_session(
     with ray_session(ray_address, num_cpus=local_cpus(cfg.world_size)):  # joins the CLI's Ray when it runs
         stop.install()  # ray.init replaced the SIGTERM handler with one that exits mid-call
         rewards = RewardManager(cfg.reward)
-        with ThreadPoolExecutor(1) as starter:
-            # The ranks import their libraries and load the model (seconds) while this process reads the prompts.
-            starting = starter.submit(start_actor_groups, cfg, model_path, critic_path)
-            try:
-                keep, dropped = filtered_prompts(cfg, stage_dir, console)
-                data = load_stage_data(cfg, model_path, keep, console)
-            except BaseException:
-                with suppress(Exception):  # the data's error is the one to report
-                    starting.result()[0].shutdown()
-                raise
-            actor, critic = starting.result()
         try:
-            trainer = build_trainer(cfg, stage_dir, data, actor, critic, rewards, console)
-            trainer.stop = stop
-            trainer.checkpoints.sweep_partial()
-            latest = trainer.checkpoints.latest() if resume == "auto" else None
-            if latest is not None:
-                console.print(f"resuming stage {cfg.stage.index} from {latest}", markup=False)
-                restore(trainer, latest)
-            else:
-                trainer.logger.truncate_after(-1)  # steps an earlier attempt logged before any checkpoint
+            with ThreadPoolExecutor(1) as starter:
+                # The ranks import their libraries and load the model (seconds) while this process reads the prompts.
+                starting = starter.submit(start_actor_groups, cfg, model_path, critic_path)
+                try:
+                    keep, dropped = filtered_prompts(cfg, stage_dir, console)
+                    data = load_stage_data(cfg, model_path, keep, console)
+                except BaseException:
+                    with suppress(Exception):  # the data's error is the one to report
+                        starting.result()[0].shutdown()
+                    raise
+                actor, critic = starting.result()
             try:
-                train(trainer)
+                trainer = build_trainer(cfg, stage_dir, data, actor, critic, rewards, console)
+                trainer.stop = stop
+                trainer.checkpoints.sweep_partial()
+                latest = trainer.checkpoints.latest() if resume == "auto" else None
+                if latest is not None:
+                    console.print(f"resuming stage {cfg.stage.index} from {latest}", markup=False)
+                    restore(trainer, latest)
+                else:
+                    trainer.logger.truncate_after(-1)  # steps an earlier attempt logged before any checkpoint
+                try:
+                    train(trainer)
+                finally:
+                    trainer.logger.close()
+                stop.raise_if_requested(
+                    f"stopped after the last step ({trainer.step}), before exporting the final model; "
+                    f"checkpoint {trainer.checkpoints.latest()}"
+                )
+                trainer.prompt_stats.save(stage_dir / PROMPT_STATS_FILE)
+                actor.export_model(str(stage_dir / FINAL_DIR))
+                if critic is not None:
+                    critic.export_model(str(stage_dir / FINAL_CRITIC_DIR))
             finally:
-                trainer.logger.close()
-            stop.raise_if_requested(
-                f"stopped after the last step ({trainer.step}), before exporting the final model; "
-                f"checkpoint {trainer.checkpoints.latest()}"
-            )
-            trainer.prompt_stats.save(stage_dir / PROMPT_STATS_FILE)
-            actor.export_model(str(stage_dir / FINAL_DIR))
-            if critic is not None:
-                critic.export_model(str(stage_dir / FINAL_CRITIC_DIR))
+                actor.shutdown()  # colocated roles (the critic) go with it
         finally:
-            actor.shutdown()  # colocated roles (the critic) go with it
+            rewards.close()  # cluster placement: its scorer actors
     return trainer, dropped
 
 
