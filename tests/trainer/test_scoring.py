@@ -79,7 +79,7 @@ def test_a_hung_verifier_is_killed_and_scored_timeout_while_the_batch_goes_on(mo
 
 
 def test_the_slowest_rows_go_into_the_metrics_and_the_saved_samples(tmp_path: Path) -> None:
-    seconds = [0.1, 0.2, 7.5, 0.3, 4.0, 0.2]
+    seconds = [0.1, 0.0, 7.5, 0.3, 4.0, 0.2]  # row 1 was decided without running a verifier
     batch = Batch.from_dict(
         {
             "ability": ["math", "math", "code", "math", "code", "math"],
@@ -92,11 +92,11 @@ def test_the_slowest_rows_go_into_the_metrics_and_the_saved_samples(tmp_path: Pa
     metrics = scoring_metrics(batch)
     assert metrics["reward/rows_node_ab12cd34"] == 4 and metrics["reward/rows_node_ef56ab78"] == 2
     assert metrics["time/reward_slowest_row"] == 7.5
-    assert metrics["perf/reward_slowest_rows"].startswith("7.5s code timeout; 4.0s code correct")
+    assert metrics["perf/reward_slowest_rows"] == "7.5s code timeout; 4.0s code correct; 0.3s math correct"
     path = write_step_samples(tmp_path, 3, batch, 2)
     saved = [json.loads(line) for line in path.read_text().splitlines()]
     # the first two rows, then the slowest ones not among them
     assert [s["response"] for s in saved] == ["r0", "r1", "r2", "r4", "r3"]
-    assert [s["score_seconds"] for s in saved] == [0.1, 0.2, 7.5, 4.0, 0.3]
+    assert [s["score_seconds"] for s in saved] == [0.1, 0.0, 7.5, 4.0, 0.3]
     assert [s.get("slowest", False) for s in saved] == [False, False, True, True, True]
     assert saved[2]["score_node"] == "ef56ab78"

@@ -8,12 +8,15 @@ value, and no product setting can turn them on.
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 from collections.abc import Hashable
 from pathlib import Path
 
 import pytest
 from ray.cluster_utils import Cluster
+from run_files import metrics, tiny_run
 
 from or1.config.schema import RewardConfig
 from or1.data.synthetic import code_validation_rows, math_validation_rows
@@ -28,7 +31,8 @@ from or1.workers.scorer import Scorer
 
 pytestmark = pytest.mark.multinode
 
-HEAD_CPUS, WORKER_CPUS = 2, 1
+HEAD_CPUS, WORKER_CPUS = 2, 1  # the head: one rank and a scorer; the worker node: a scorer
+RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 
 
 @pytest.fixture(scope="module")
@@ -169,6 +173,34 @@ def test_scoring_that_cannot_finish_fails_in_one_line_naming_rows_and_scorer(clu
         "scoring could not finish: math rows p7-s0, p7-s1 failed 2 times, last on scorer "
     )
     assert "no answer within 4 s" in message
+
+
+def test_the_tiny_stage_scores_on_every_node_with_placement_cluster(
+    cluster, tmp_path: Path, tiny_model_dir: Path, tiny_data_dir: Path
+) -> None:
+    c, worker_node = cluster
+    overrides = tiny_run(
+        tiny_model_dir,
+        tiny_data_dir / "train.parquet",
+        f"data.validation.sets=[{tiny_data_dir / 'validation.parquet'}]",  # scored on the cluster too
+        "data.validation.max_problems=4",
+        "data.validation.n=2",
+        "trainer.steps=2",
+        "trainer.devices_per_node=1",
+        "reward.placement=cluster",
+        "reward.scorer_cpus=1",
+    )
+    cli = [sys.executable, "-m", "or1.cli", "train", "--recipe", RECIPE, "--stage", "1"]
+    cli += ["--run-dir", str(tmp_path / "run"), "--ray-address", c.address]
+    done = subprocess.run(
+        cli + [x for o in overrides for x in ("--set", o)], capture_output=True, text=True, timeout=600
+    )
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
+    nodes = [f"reward/rows_node_{short_node(n.node_id)}" for n in (c.head_node, worker_node)]
+    steps = [m for m in metrics(tmp_path / "run") if "batch/sampled" in m]  # not step 0's validation
+    assert len(steps) == 2
+    for step in steps:
+        assert all(step[n] > 0 for n in nodes) and sum(step[n] for n in nodes) == step["batch/sampled"]
 
 
 def test_a_node_lost_mid_scoring_leaves_every_row_scored_once(cluster, tmp_path: Path) -> None:

@@ -328,7 +328,8 @@ class RewardConfig(Section):
         None,
         gt=0,
         description="CPUs each cluster scorer declares to Ray, so training and scoring do not oversubscribe a node "
-        "(None: reward.workers, one per verifier process). Nodes with fewer CPUs get no scorer.",
+        "(None: reward.workers, one per verifier process): a node needs them beside its ranks' CPUs. Nodes with "
+        "fewer CPUs in all get no scorer.",
     )
     scorer_grace: float = Field(
         60.0,

@@ -208,7 +208,7 @@ def scoring_metrics(batch: Batch) -> dict[str, float | str]:
     if SCORE_SECONDS in batch.non_tensor and len(batch):
         seconds = [float(s) for s in batch.non_tensor[SCORE_SECONDS]]
         slowest = slowest_rows(seconds)
-        out["time/reward_slowest_row"] = seconds[slowest[0]]
+        out["time/reward_slowest_row"] = max(seconds)
         nt = batch.non_tensor
         out["perf/reward_slowest_rows"] = "; ".join(
             f"{seconds[i]:.1f}s {nt[ABILITY][i] if ABILITY in nt else '?'} "

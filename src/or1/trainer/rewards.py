@@ -70,6 +70,7 @@ class RewardManager:
         if self._plane is not None:
             from or1.trainer.scoring_cluster import ClusterSession
 
+            self._plane.add_new_nodes()
             return ClusterSession(self._plane)
         assert self._executor is not None
         return HeadSession(self.cfg, self._executor)

@@ -29,8 +29,10 @@ def row_seconds(result: Result) -> float:
 
 
 def slowest_rows(seconds: Sequence[float], count: int = SLOWEST_ROWS) -> list[int]:
-    """Indices of the `count` rows that took longest to score, slowest first (ties: the earlier row)."""
-    return sorted(range(len(seconds)), key=lambda i: (-float(seconds[i]), i))[:count]
+    """Indices of the `count` rows that took longest to score, slowest first (ties: the earlier row); rows decided
+    without running a verifier (0 s) are never among them."""
+    timed = [i for i in range(len(seconds)) if float(seconds[i]) > 0]
+    return sorted(timed, key=lambda i: (-float(seconds[i]), i))[:count]
 
 
 @dataclass

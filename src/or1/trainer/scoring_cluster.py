@@ -164,6 +164,12 @@ class ScorerPlane:
         with self._lock:
             self._pending = deque(c for c in self._pending if c.session is not session)
 
+    def add_new_nodes(self) -> None:
+        """Start scorers on nodes that joined since (and where a lost one can be replaced now)."""
+        with self._lock:
+            if not self._closed:
+                self._ensure_scorers()
+
     def node_scorers(self) -> dict[str, int]:
         """Ready scorers per node (short id)."""
         with self._lock:
@@ -176,10 +182,12 @@ class ScorerPlane:
         self._wake.set()
         self._thread.join(10)
         with self._lock:
+            for session in self._sessions():
+                session.fail("the reward manager was closed before these rows were scored")
             for scorer in self._scorers:
                 with suppress(Exception):
                     ray.kill(scorer.handle, no_restart=True)
-            self._scorers = []
+            self._scorers, self._pending = [], deque()
 
     # --- the dispatch thread ------------------------------------------------------------------------------------
 
@@ -189,12 +197,15 @@ class ScorerPlane:
                 self._turn()
         except BaseException as err:  # a bug here must not leave finish() waiting forever
             with self._lock:
-                sessions = {c.session for c in self._pending} | {
-                    c.session for s in self._scorers for c, _, _ in s.inflight
-                }
-            for session in sessions:
-                session.fail(f"the scoring thread failed: {type(err).__name__}: {err}")
+                for session in self._sessions():
+                    session.fail(f"the scoring thread failed: {type(err).__name__}: {err}")
             raise
+
+    def _sessions(self) -> set[ClusterSession]:
+        """The sessions with chunks waiting or in flight."""
+        return {c.session for c in self._pending} | {
+            c.session for s in self._scorers for c, _, _ in s.inflight
+        }
 
     def _turn(self) -> None:
         with self._lock:
