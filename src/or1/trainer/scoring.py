@@ -24,8 +24,8 @@ SLOWEST_ROWS = 3  # the slowest rows of a step named in its metrics and kept in 
 
 
 def row_seconds(result: Result) -> float:
-    """Wall seconds the verifier spent on the row (Result.seconds; 0.0 from an or1 whose Result lacks it)."""
-    return float(getattr(result, "seconds", 0.0))
+    """Wall seconds the verifier spent on the row (0.0 when string work decided it without a verifier)."""
+    return float(result.seconds)
 
 
 def slowest_rows(seconds: Sequence[float], count: int = SLOWEST_ROWS) -> list[int]:
