@@ -37,9 +37,9 @@ _ELLIPSIS = re.compile(r"\\[lc]?dots\b|\.\.\.")
 _BASE_NUMERAL = re.compile(r"^([0-9A-Za-z]+)_\{?(\d{1,2})\}?$")
 _PROSE_WORD = re.compile(r"(?<![\\A-Za-z])[A-Za-z]{4,}")
 _CHOICE_GOLD = re.compile(r"^\(?([A-E])\)?$")  # a multiple-choice gold: (C) or C
-_CHOICE_PRED = re.compile(
-    r"^(?:\\text(?:bf)?\{)?\(?([A-E])\)(?:\s|\}|$)"
-)  # an answer led by its label: (C) Plane
+# an answer that is a label and at most the choice's words: (C) Plane, \text{(C) Plane}; never `\text{(C)}+1`
+_CHOICE_WORDS = r"(?:\s+[A-Za-z][A-Za-z .,'-]*)?"
+_CHOICE_PRED = re.compile(rf"^(?:\\text(?:bf)?\{{\(?([A-E])\){_CHOICE_WORDS}\}}|\(?([A-E])\){_CHOICE_WORDS})$")
 
 
 class _DropTimeoutDisabledWarning(logging.Filter):
@@ -65,7 +65,7 @@ def fast_verdict(gold: str, pred: str) -> bool | None:
         return True
     choice, label = _CHOICE_GOLD.match(gold), _CHOICE_PRED.match(pred)
     if choice and label:  # `\text{(C) Plane}` against the gold (C): the label is the answer
-        return choice.group(1) == label.group(1)
+        return choice.group(1) == (label.group(1) or label.group(2))
     if _ELLIPSIS.search(gold) or _ELLIPSIS.search(pred):
         return gold.replace(" ", "") == pred.replace(" ", "")  # math-verify parses `1, 2, \\ldots, n` as 2
     gold_base, pred_base = _base_numeral(gold), _base_numeral(pred)
