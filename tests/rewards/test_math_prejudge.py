@@ -7,6 +7,7 @@ import json
 import pytest
 
 from or1.rewards.math import fast_verdict, math_verify_equal, prejudge, verify_math
+from or1.rewards.numeric import values_differ
 
 
 @pytest.mark.parametrize(
@@ -65,3 +66,61 @@ def test_a_difference_inside_the_veto_tolerance_is_left_to_sympy() -> None:
     big = 10**20
     assert fast_verdict(f"\\frac{{1}}{{{big}}}", f"\\frac{{1}}{{{big + 1}}}") is None
     assert not verify_math("\\boxed{\\frac{1}{3}}", json.dumps(["\\frac{1}{7}"])).correct
+
+
+@pytest.mark.parametrize(
+    ("gold", "pred"),
+    [
+        ("2\\sqrt{113}", "2\\sqrt{117}"),
+        ("11\\sqrt2", "11\\sqrt8"),
+        ("8 \\pi", "9 \\pi"),
+        ("\\frac{\\sqrt{3}}{3}", "\\frac{\\sqrt{1}}{3}"),
+        ("x^3+3x-6", "x^3+3x-9"),
+        ("(a+5)(b+2)", "(a+5)(b+8)"),
+        ("(-2,1)", "(-2,2)"),
+        ("(5,\\infty)", "(7,\\infty)"),
+        ("(3,4]", "(3,6]"),
+        ("(1,-16,-4,43)", "(8,-16,-4,43)"),
+        ("3, 5, 7", "3, 5, 2"),
+        (
+            "\\begin{pmatrix} -7 \\\\ 16 \\\\ 5 \\end{pmatrix}",
+            "\\begin{pmatrix} -7 \\\\ 16 \\\\ 6 \\end{pmatrix}",
+        ),
+        ("\\begin{pmatrix} 1/5 \\\\ -18/5 \\end{pmatrix}", "\\begin{pmatrix} 1/5 \\\\ -18/8 \\end{pmatrix}"),
+        ("[ \\frac{\\pi^2}{8}, \\frac{5 \\pi^2}{4} ]", "[ \\frac{\\pi^6}{8}, \\frac{5 \\pi^2}{4} ]"),
+    ],
+)
+def test_values_that_differ_are_refuted_as_math_verify_and_the_veto_refute_them(gold: str, pred: str) -> None:
+    assert values_differ(gold, pred) is True
+    assert not math_verify_equal(gold, pred)
+
+
+@pytest.mark.parametrize(
+    ("gold", "pred"),
+    [
+        ("2\\sqrt{3}", "\\sqrt{12}"),  # equal values: sympy says so, not the fast path
+        ("(1,2)", "(2,1)"),  # the same values in another order: a set would be equal
+        ("1, 1, 2", "1, 2, 2"),  # the same set
+        ("1\\frac{4}{5}", "\\frac{9}{5}"),  # a mixed number, or a product: not ours to say
+        ("f(x)", "f(y)"),  # a function
+        ("ab", "a"),  # one name or two
+        ("x^23", "x^2"),  # x^2 * 3 to LaTeX
+        ("1,000", "1000"),  # a thousands separator
+        ("1+2i", "5+2i"),  # i is the imaginary unit
+        ("e^2", "e^3"),  # e is Euler's number
+        ("\\frac{1}{3}", "0.33334"),  # within the rounding a decimal is allowed
+        ("\\sqrt{-4}", "2"),  # complex
+        ("1 \\pm \\sqrt{2}", "1"),
+        ("(0,9) \\cup (9,36)", "(0,9) \\cup (9,34)"),
+        ("\\frac{1}{0}", "1"),
+        ("2/3x", "x"),
+    ],
+)
+def test_answers_the_numeric_reading_cannot_be_sure_of_are_left_to_sympy(gold: str, pred: str) -> None:
+    assert values_differ(gold, pred) is None
+
+
+def test_variables_get_the_same_values_on_both_sides() -> None:
+    assert values_differ("x + y", "y + x") is None
+    assert values_differ("2k", "k + k") is None
+    assert values_differ("x^2", "x") is True

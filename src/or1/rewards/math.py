@@ -33,6 +33,7 @@ from or1.rewards.normalize import (
     plain_number,
     too_costly,
 )
+from or1.rewards.numeric import values_differ
 from or1.rewards.result import BAD_INPUT, CORRECT, NO_ANSWER, WRONG_ANSWER, Result
 
 _ELLIPSIS = re.compile(r"\\[lc]?dots\b|\.\.\.")
@@ -222,6 +223,8 @@ def _compare_answer(found: Extraction, golds: list[str]) -> Result | Prepared:
         verdict = fast_verdict(gold_norm, pred)
         if verdict:
             return Result(1.0, CORRECT, extracted=answer)
+        if verdict is None and not prose and not found.context and values_differ(gold_norm, pred):
+            continue  # its values differ from the gold's: no reading makes them equal, no sympy needed
         if verdict is None and not too_costly(gold_norm):
             undecided.append((gold_norm, _pred_for(gold_norm, found, pred, prose), not prose))
             if (
