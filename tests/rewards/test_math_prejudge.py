@@ -88,6 +88,10 @@ def test_a_difference_inside_the_veto_tolerance_is_left_to_sympy() -> None:
         ),
         ("\\begin{pmatrix} 1/5 \\\\ -18/5 \\end{pmatrix}", "\\begin{pmatrix} 1/5 \\\\ -18/8 \\end{pmatrix}"),
         ("[ \\frac{\\pi^2}{8}, \\frac{5 \\pi^2}{4} ]", "[ \\frac{\\pi^6}{8}, \\frac{5 \\pi^2}{4} ]"),
+        ("1+2i", "5+2i"),  # apart whether i is the imaginary unit or a variable
+        ("e^2", "e^3"),
+        ("1\\frac{4}{5}", "6\\frac{4}{5}"),  # apart as mixed numbers and as products
+        ("3R^2", "3R^3"),
     ],
 )
 def test_values_that_differ_are_refuted_as_math_verify_and_the_veto_refute_them(gold: str, pred: str) -> None:
@@ -101,13 +105,14 @@ def test_values_that_differ_are_refuted_as_math_verify_and_the_veto_refute_them(
         ("2\\sqrt{3}", "\\sqrt{12}"),  # equal values: sympy says so, not the fast path
         ("(1,2)", "(2,1)"),  # the same values in another order: a set would be equal
         ("1, 1, 2", "1, 2, 2"),  # the same set
-        ("1\\frac{4}{5}", "\\frac{9}{5}"),  # a mixed number, or a product: not ours to say
+        ("1\\frac{4}{5}", "\\frac{9}{5}"),  # equal as a mixed number
+        ("2\\frac{1}{2}", "1"),  # equal as a product
         ("f(x)", "f(y)"),  # a function
         ("ab", "a"),  # one name or two
         ("x^23", "x^2"),  # x^2 * 3 to LaTeX
         ("1,000", "1000"),  # a thousands separator
-        ("1+2i", "5+2i"),  # i is the imaginary unit
-        ("e^2", "e^3"),  # e is Euler's number
+        ("i^2", "-1"),  # equal with i the imaginary unit
+        ("e", "2.71828"),  # equal with e Euler's number
         ("\\frac{1}{3}", "0.33334"),  # within the rounding a decimal is allowed
         ("\\sqrt{-4}", "2"),  # complex
         ("1 \\pm \\sqrt{2}", "1"),

@@ -11,15 +11,18 @@ be sure of in floating point, is left to sympy (None).
 
 from __future__ import annotations
 
+import cmath
+import itertools
 import math
 import re
+from collections.abc import Iterator
 
 # Relative differences below these may be rounding (math-verify rounds decimals; the veto allows 1e-4 for them).
 EXACT_MARGIN = 1e-6
 DECIMAL_MARGIN = 2e-4
 _TOKEN = re.compile(r"\s*(\d+\.\d+|\d+|\\[A-Za-z]+|[A-Za-z]|[-+*/^(){}\[\],&]|\\\\)")
 _COMMANDS = {"\\frac", "\\dfrac", "\\tfrac", "\\sqrt", "\\pi", "\\cdot", "\\times", "\\infty"}
-_LETTERS = set("abcdfghjklmnopqrstuvwxyz")  # e and i are constants to latex2sympy; capitals may be too
+_LETTERS = set("abcdefghijklmnopqrstuvwxyzABCDFGHJKLMPRTUVWXYZ")  # E, I, N, O, Q, S may name sympy objects
 _PMATRIX = re.compile(r"^\\begin\{pmatrix\}(.*)\\end\{pmatrix\}$", re.DOTALL)
 _THOUSANDS = re.compile(r"\d,\s?\d{3}(?!\d)")  # 1,000 may be one number
 _PROBES = (
@@ -29,6 +32,9 @@ _PROBES = (
     17 / 11,
     19 / 13,
 )  # values for variables, as the numeric veto substitutes them
+# e and i may be Euler's number and the imaginary unit, or variables; 1\frac{4}{5} a mixed number or a product:
+# an answer is refuted only when its values differ under every reading
+_READINGS = {"e": (math.e, 29 / 17), "i": (1j, 31 / 19), "mixed": ("sum", "product")}
 
 
 class _Outside(ValueError):
@@ -90,8 +96,9 @@ class _Parser:
                 raise _Outside("adjacent letters may be one name")
             elif token.isdigit() or "." in token:
                 raise _Outside("a number after a factor")
-            elif node[0] == "num" and token in ("\\frac", "\\dfrac", "\\tfrac"):
-                raise _Outside("1\\frac{4}{5} may be a mixed number")
+            elif node[0] == "lit" and token in ("\\frac", "\\dfrac", "\\tfrac"):
+                node = ("mixed", node, self.power())
+                continue
             node = ("mul", node, self.power())
 
     def _quotient(self, node: tuple) -> tuple:
@@ -99,7 +106,7 @@ class _Parser:
         self.take("/")
         denominator = self.take()
         if (
-            node[0] != "num"
+            node[0] != "lit"
             or not denominator.isdigit()
             or self.peek() not in (None, "+", "-", ",", ")", "]", "}")
         ):
@@ -144,7 +151,7 @@ class _Parser:
         if token.isdigit() or "." in token:
             if len(token) > 30:
                 raise _Outside("long number")
-            return ("num", float(token))
+            return ("lit", float(token))  # a numeral as written (a mixed number starts with one)
         if token in _LETTERS:
             return ("var", token)
         if token == "(":
@@ -165,9 +172,9 @@ class _Parser:
         raise _Outside(f"token {token}")
 
 
-def _evaluate(node: tuple, env: dict[str, float]) -> float:
+def _evaluate(node: tuple, env: dict) -> complex | float:
     kind = node[0]
-    if kind == "num":
+    if kind in ("num", "lit"):
         return node[1]
     if kind == "var":
         return env[node[1]]
@@ -175,27 +182,31 @@ def _evaluate(node: tuple, env: dict[str, float]) -> float:
         return -_evaluate(node[1], env)
     if kind == "sqrt":
         value = _evaluate(node[1], env)
-        if value < 0:
-            raise _Outside("square root of a negative number")
+        if isinstance(value, complex) or value < 0:
+            raise _Outside("square root of a negative or complex number")
         return math.sqrt(value)
     a, b = _evaluate(node[1], env), _evaluate(node[2], env)
     if kind == "add":
         return a + b
-    if kind == "mul":
+    if kind == "mul" or (kind == "mixed" and env["mixed"] == "product"):
         return a * b
+    if kind == "mixed":
+        return a + b
     if kind == "div":
         if b == 0:
             raise _Outside("division by zero")
         return a / b
-    if b != int(b) or abs(b) > 64 or (a == 0 and b < 0):
+    if isinstance(b, complex) or b != int(b) or abs(b) > 64 or (a == 0 and b < 0):
         raise _Outside("power")  # fractional powers of negatives are complex; big ones overflow
     return a**b
 
 
-def _variables(node: tuple) -> set[str]:
+def _names(node: tuple) -> set[str]:
+    """The variables of a tree, and "mixed" when it holds a mixed number."""
     if node[0] == "var":
         return {node[1]}
-    return set().union(*(_variables(child) for child in node[1:] if isinstance(child, tuple)))
+    own = {"mixed"} if node[0] == "mixed" else set()
+    return own.union(*(_names(child) for child in node[1:] if isinstance(child, tuple)))
 
 
 def _elements(text: str) -> list[list[str]]:
@@ -237,27 +248,45 @@ def _read(text: str) -> list[tuple]:
     return trees
 
 
-def _close(a: float, b: float, margin: float) -> bool:
-    if math.isinf(a) or math.isinf(b):
+def _close(a: complex | float, b: complex | float, margin: float) -> bool:
+    if _infinite(a) or _infinite(b):
         return a == b
     return abs(a - b) <= margin * max(abs(a), abs(b), 1e-12)
+
+
+def _infinite(value: complex | float) -> bool:
+    return isinstance(value, float) and math.isinf(value)
+
+
+def _unmatched(gold: list, pred: list, margin: float) -> bool:
+    """Whether a value of either list has no close value in the other."""
+    return any(not any(_close(g, p, margin) for p in pred) for g in gold) or any(
+        not any(_close(g, p, margin) for g in gold) for p in pred
+    )
+
+
+def _environments(names: set[str]) -> Iterator[dict]:
+    """One environment per reading of the ambiguous names; plain variables get the probe values."""
+    plain = sorted(names - set(_READINGS))
+    env = {name: _PROBES[i % len(_PROBES)] for i, name in enumerate(plain)}
+    ambiguous = sorted(names & set(_READINGS))
+    for choice in itertools.product(*(_READINGS[name] for name in ambiguous)):
+        yield {**env, **dict(zip(ambiguous, choice, strict=True))}
 
 
 def values_differ(gold: str, pred: str) -> bool | None:
     """True when some value of one answer has no match among the other's (see the module docstring); None when
     either answer is outside the grammar or the values are within rounding of each other."""
+    margin = DECIMAL_MARGIN if "." in gold + pred else EXACT_MARGIN
     try:
         gold_trees, pred_trees = _read(gold), _read(pred)
-        names = sorted(set().union(*map(_variables, gold_trees + pred_trees)))
-        env = {name: _PROBES[i % len(_PROBES)] for i, name in enumerate(names)}
-        gold_values = [_evaluate(t, env) for t in gold_trees]
-        pred_values = [_evaluate(t, env) for t in pred_trees]
+        for env in _environments(set().union(*map(_names, gold_trees + pred_trees))):
+            gold_values = [_evaluate(t, env) for t in gold_trees]
+            pred_values = [_evaluate(t, env) for t in pred_trees]
+            if any(cmath.isnan(v) for v in gold_values + pred_values):
+                return None
+            if not _unmatched(gold_values, pred_values, margin):
+                return None
     except (_Outside, OverflowError, ZeroDivisionError, RecursionError):
         return None
-    if any(math.isnan(v) for v in gold_values + pred_values):
-        return None
-    margin = DECIMAL_MARGIN if "." in gold + pred else EXACT_MARGIN
-    unmatched = any(not any(_close(g, p, margin) for p in pred_values) for g in gold_values) or any(
-        not any(_close(g, p, margin) for g in gold_values) for p in pred_values
-    )
-    return True if unmatched else None
+    return True
