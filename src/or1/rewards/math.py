@@ -328,5 +328,10 @@ def warm_up() -> None:
 
     verify_math("\\boxed{\\frac{1}{2}}", '["0.5"]')
     verify_math("\\boxed{(1, 2)}", '["(1,2)"]')
+    # math-verify's first comparison of equations, sets, unions and text loads and caches what it needs: ~0.2 s
+    verify_math("\\boxed{2x + 3y = 6}", '["2x+3y=5"]')
+    verify_math("\\boxed{\\{1 \\pm \\sqrt{2}, 3\\}}", '["\\\\{1\\\\pm\\\\sqrt{3},3\\\\}"]')
+    verify_math("\\boxed{(0, 1) \\cup (2, 3)}", '["(0,1)\\\\cup(2,4)"]')
+    verify_math("\\boxed{\\text{odd}+1}", '["odd"]')
     for answer in _WARM_ANSWERS:
         parse("\\boxed{" + answer + "}", parsing_timeout=None)
