@@ -90,13 +90,10 @@ def run_plain(mix: list[tuple[str, str, bool]]) -> tuple[float, int]:
 
 def run_or1(mix: list[tuple[str, str, bool]], workers: int, timeout: float) -> tuple[float, int]:
     """or1's score_batch over the whole mix (one call, as a training step makes), pool already warm."""
-    from or1.rewards.score import score_batch
+    from or1.rewards.score import math_pool, score_batch
 
     rows = [{"ability": "math", "response": r, "reward_model": {"ground_truth": gt}} for r, gt, _ in mix]
-    warm = [{"ability": "math", "response": "\\boxed{\\sqrt{4}}", "reward_model": {"ground_truth": '["2"]'}}]
-    score_batch(
-        warm * workers, workers=workers, timeout=60.0
-    )  # start the pool outside the timing (needs sympy)
+    math_pool(workers).start(wait=True)  # every worker warmed up outside the timing, as in a running trainer
     started = time.perf_counter()
     results = score_batch(rows, workers=workers, timeout=timeout)
     seconds = time.perf_counter() - started
@@ -110,7 +107,7 @@ def run_pool_only(mix: list[tuple[str, str, bool]], workers: int, timeout: float
 
     close_pools()  # fresh workers: the previous run's parse caches must not flatter this one
     pool = math_pool(workers)
-    pool.map(verify_math, [("\\boxed{\\sqrt{4}}", '["2"]')] * workers, timeout=60.0)
+    pool.start(wait=True)
     started = time.perf_counter()
     outcomes = pool.map(verify_math, [(r, gt) for r, gt, _ in mix], timeout=timeout)
     seconds = time.perf_counter() - started

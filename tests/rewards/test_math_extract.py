@@ -211,3 +211,8 @@ def test_an_intermediate_box_in_an_earlier_math_span_is_not_part_of_the_answer()
 def test_a_lettered_choice_with_its_text_matches_the_letter(gold: str) -> None:
     assert verify_math("The shape is a plane: $\\boxed{\\text{(C) Plane}}$", json.dumps([gold])).correct
     assert not verify_math("$\\boxed{\\text{(D) Sphere}}$", json.dumps([gold])).correct
+
+
+@pytest.mark.parametrize("pred", ["\\text{(C)}+1", "(C)+1", "\\text{(C) Plane} + 2"])
+def test_a_label_inside_a_larger_expression_is_not_the_choice(pred: str) -> None:
+    assert not verify_math(f"$\\boxed{{{pred}}}$", json.dumps(["\\text{(C)}"])).correct

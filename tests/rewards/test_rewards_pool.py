@@ -80,3 +80,13 @@ def test_start_warms_the_workers_up_before_the_first_task() -> None:
         begun = time.monotonic()
         assert pool.map(operator.neg, [(4,)], timeout=5.0)[0].value == -4
         assert time.monotonic() - begun < 1.0  # a cold worker would first sleep 1.5 s
+
+
+def test_start_can_wait_until_every_worker_is_warm() -> None:
+    with ProcessPool(2, memory_mb=None, warmup=functools.partial(time.sleep, 1.0)) as pool:
+        begun = time.monotonic()
+        pool.start(wait=True)
+        assert time.monotonic() - begun >= 1.0
+        begun = time.monotonic()
+        assert [o.value for o in pool.map(operator.neg, [(1,), (2,)], timeout=5.0)] == [-1, -2]
+        assert time.monotonic() - begun < 0.5  # both workers were ready: neither task waited for a warm-up

@@ -100,7 +100,7 @@ def test_math_extraction_setting_reaches_the_verifier() -> None:
 
 
 def test_seconds_is_the_verifier_time_and_not_part_of_the_verdict() -> None:
-    prejudged, pooled = score_batch([_row("\\boxed{42}"), _row("\\boxed{\\frac{84}{2}}")])
+    prejudged, pooled = score_batch([_row("\\boxed{42}"), _row("\\boxed{\\sqrt{1764}}")])
     assert prejudged.seconds == 0.0  # decided by string work here, nothing ran
     assert pooled.correct and pooled.seconds > 0.0
     assert Result(1.0, "correct", seconds=0.5) == Result(1.0, "correct")

@@ -1,9 +1,10 @@
 """Code reward: extract the program from a response, run its tests in a sandbox, and compare on the host.
 
 Training, evaluation and `or1 score` call `score_code_batch` (through or1.rewards.score for mixed batches). The
-program is the last ```python block after the last `</think>`; it must parse. Tests run one at a time in an
-isolated sandbox slot (or1.sandbox), problems in parallel across slots; all comparison happens here, in the parent.
-Binary reward by default (every test passes; stops at the first failure), or the fraction of tests passed.
+program is the last ```python block after the last `</think>`; it must parse. A problem's tests run in one visit
+to an isolated sandbox slot (or1.sandbox), one after another, each with its own limits; problems run in parallel
+across slots; all comparison happens here, in the parent, as the replies stream in. Binary reward by default
+(every test passes; the visit stops at the first failure), or the fraction of tests passed.
 """
 
 from __future__ import annotations
@@ -38,7 +39,7 @@ from or1.rewards.result import (
     Result,
 )
 from or1.sandbox.pool import Sandbox, get_pool
-from or1.sandbox.protocol import Limits, TestReply, TestRequest
+from or1.sandbox.protocol import BatchRequest, Limits, TestReply, TestRequest
 
 if TYPE_CHECKING:
     from or1.sandbox.pool import SandboxPool
@@ -56,16 +57,17 @@ def extract_program(response: str) -> str | None:
     return blocks[-1] if blocks else None
 
 
-def _request(case: Case, program: str, timeout: float, limits: Limits) -> TestRequest:
+def _test(case: Case, timeout: float) -> TestRequest:
+    """One test of a batch (the batch carries the program and the limits): what the sandbox may see of `case`,
+    never its expected output."""
     if isinstance(case, StdinCase):
-        return TestRequest("stdin", program, timeout, limits, stdin=case.stdin)
+        return TestRequest("stdin", "", timeout, stdin=case.stdin)
     if isinstance(case, CallCase):
-        return TestRequest("call", program, timeout, limits, fn_name=case.fn_name, args=case.args)
+        return TestRequest("call", "", timeout, fn_name=case.fn_name, args=case.args)
     return TestRequest(
         "assert",
-        program,
+        "",
         timeout,
-        limits,
         prefix=case.prefix,
         test_code=case.test_code,
         entry_point=case.entry_point,
@@ -112,22 +114,27 @@ def score_program(
     fraction: bool = False,
     limits: Limits | None = None,
 ) -> Result:
-    """Run `cases` against `program` on one sandbox slot (sequentially) and score them."""
-    limits = limits or Limits()
-    budget_end = time.monotonic() + max(PROBLEM_BUDGET, timeout)
+    """Run `cases` against `program` in one visit to a sandbox slot (one after another) and score them.
+
+    Each test has `timeout`; all of them together `max(PROBLEM_BUDGET, timeout)`, past which the rest are not run.
+    """
+    budget = max(PROBLEM_BUDGET, timeout)
+    batch = BatchRequest(program, [_test(case, timeout) for case in cases], budget, limits or Limits())
+    replies = sandbox.run_batch(batch, lambda i, reply: fraction or judge(cases[i], reply)[0] == CORRECT)
     passed, first_failure = 0, None
-    for index, case in enumerate(cases):
-        left = budget_end - time.monotonic()
-        if left <= 0:
-            reason, detail = TIMEOUT, f"problem budget of {max(PROBLEM_BUDGET, timeout):g} s used up"
-        else:
-            reason, detail = judge(case, sandbox.run(_request(case, program, min(timeout, left), limits)))
+    for index, (case, reply) in enumerate(zip(cases, replies, strict=False)):  # a stopped visit has fewer
+        reason, detail = judge(case, reply)
         if reason == CORRECT:
             passed += 1
             continue
         first_failure = first_failure or (reason, f"test {index}: {detail}")
-        if not fraction or left <= 0:
+        if not fraction:
             break
+    if len(replies) < len(cases) and (fraction or first_failure is None):
+        first_failure = first_failure or (
+            TIMEOUT,
+            f"test {len(replies)}: problem budget of {budget:g} s used up",
+        )
     if first_failure is None:
         return Result(1.0, CORRECT, program, f"{passed}/{len(cases)} tests passed")
     score = passed / len(cases) if fraction else 0.0

@@ -15,7 +15,9 @@ from sympy import Basic, Float, Interval, MatrixBase, Rational
 from sympy.core.relational import Relational
 from sympy.sets.sets import FiniteSet
 
-EXACT_RTOL = sympy.Rational(1, 10**12)  # exact answers must agree to 12 significant digits
+from or1.rewards.normalize import EXACT_RTOL as _EXACT_RTOL
+
+EXACT_RTOL = sympy.Rational(_EXACT_RTOL.numerator, _EXACT_RTOL.denominator)  # 12 significant digits
 FLOAT_RTOL = 1e-4  # a decimal answer may be rounded, but not to a different leading figure
 _PRECISION = 60
 _UNEVALUATED = (sympy.Sum, sympy.Integral, sympy.Product, sympy.Limit)

@@ -33,6 +33,7 @@ _STATEMENT_RE = re.compile(
 _MATH_DELIMS = (("$$", "$$"), ("$", "$"), ("\\(", "\\)"), ("\\[", "\\]"))
 _LONE_MATH = re.compile(r"^\s*(\$\$([^$]+)\$\$|\$([^$]+)\$|\\\((.+?)\\\)|\\\[(.+?)\\\])\s*\.?\s*$", re.DOTALL)
 # math-verify's first choice: Minerva's "Final Answer: The final answer is X. I hope it is correct."
+_MATH_START = re.compile(r"[\d$\\\[]")  # a character some pattern of math-verify's extraction starts from
 _MINERVA = re.compile(r"final\s+answer\s+is\s*:?\s*(.+?)\.?\s*I\s+hope", re.IGNORECASE | re.DOTALL)
 _RUN_SEPARATOR = re.compile(r"\b(?:and|or)\b|,|;")
 _SPAN_EDGE = re.compile(r"\$|\\[()\[\]]")  # a math span opens or closes between two boxes
@@ -216,6 +217,11 @@ def lone_math(text: str) -> str | None:
 
 
 def fallback_text(response: str) -> str | None:
-    """What math-verify's own extraction reads when a response has no box and no statement: the graded text's tail."""
+    """What math-verify's own extraction reads when a response has no box and no statement: the graded text's tail.
+
+    None when it could find nothing there: every pattern of its default extraction (LaTeX spans, boxes, bare
+    fractions, numbers and expressions) needs a digit, `$`, a backslash or `[`, so text without any is decided
+    (no answer) in the calling process instead of costing a round trip to the pool.
+    """
     text = final_region(response).replace("\x00", "")[-FALLBACK_WINDOW:]
-    return text if text.strip() else None
+    return text if _MATH_START.search(text) else None

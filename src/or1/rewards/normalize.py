@@ -28,6 +28,15 @@ _DECIMAL_COMMA = re.compile(r"^[+-]?\d+,\d+$")
 _LIST_COMMA = re.compile(r",[ \t\n]")  # a comma and a real space separate list items, not thousands
 _LHS_VARIABLE = re.compile(r"^[A-Za-z](?:_\{?[A-Za-z0-9]+\}?)?\s*=\s*(?P<rhs>[^=<>]+)$")
 _PLAIN_NUMBER = re.compile(r"^[+-]?(?:\d+(?:\.\d*)?|\.\d+)$")
+_INTEGER = re.compile(r"^[+-]?\d+$")
+# \frac{a}{b}, \dfrac12, \frac9{19}, -\frac{3}{4}, 3/4: integer over integer, as latex2sympy reads them
+_FRACTION = re.compile(
+    r"^(?P<sign>[+-]?)(?:\\[dt]?frac(?:\{(?P<a>[+-]?\d+)\}|(?P<a1>\d))(?:\{(?P<b>[+-]?\d+)\}|(?P<b1>\d))"
+    r"|(?P<c>\d+)/(?P<d>\d+))$"
+)
+EXACT_RTOL = Fraction(
+    1, 10**12
+)  # exact answers must agree to 12 significant digits (the numeric veto's tolerance)
 _PERCENT = re.compile(r"\\?%$")
 _SQRT_PARENS = re.compile(r"\\sqrt\s*\(([^()]*)\)")
 _MATHRM_LETTER = re.compile(r"\\(?:mathrm|text|rm)\s*\{\s*([A-Za-z])\s*\}")
@@ -135,6 +144,28 @@ def plain_number(text: str) -> Fraction | None:
     if not _PLAIN_NUMBER.match(compact) or len(compact) > MAX_DIGITS:
         return None
     return Fraction(compact)
+
+
+def exact_rational(text: str) -> Fraction | None:
+    """The value of an integer or a fraction of integers (`\\frac{3}{4}`, `\\dfrac12`, `3/4`), else None.
+
+    Decimals are left out on purpose: math-verify rounds them (0.333333 may equal 1/3), so only sympy judges them
+    against a fraction.
+    """
+    compact = text.replace(" ", "")
+    if len(compact) > MAX_DIGITS:
+        return None
+    if _INTEGER.match(compact):
+        return Fraction(compact)
+    match = _FRACTION.match(compact)
+    if match is None:
+        return None
+    top = match["a"] or match["a1"] or match["c"]
+    bottom = int(match["b"] or match["b1"] or match["d"])
+    if bottom == 0:
+        return None
+    value = Fraction(int(top), bottom)
+    return -value if match["sign"] == "-" else value
 
 
 def has_percent(text: str) -> bool:

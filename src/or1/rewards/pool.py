@@ -153,11 +153,33 @@ class ProcessPool:
         self._slots[slot].kill()
         self._slots[slot] = self._start()
 
-    def start(self) -> None:
+    def start(self, *, wait: bool = False) -> None:
         """Start the worker processes now (they also start on the first map): their imports and warm-up then run
-        in the background while the caller goes on."""
+        in the background while the caller goes on, or, with `wait`, before this returns (for measurements that must
+        not count a worker still warming up)."""
         with self._lock:
             self._ensure_workers()
+            if wait:
+                self._await_ready()
+
+    def _await_ready(self) -> None:
+        failed_starts = 0
+        while not all(w.ready for w in self._slots):
+            waiting = [w for w in self._slots if not w.ready]
+            deadline = min(w.started for w in waiting) + STARTUP_TIMEOUT
+            ready = wait([w.conn for w in waiting], timeout=max(0.0, deadline - time.monotonic()))
+            if not ready:
+                raise RuntimeError(f"a pool worker did not start within {STARTUP_TIMEOUT:.0f} s")
+            for slot, worker in enumerate(list(self._slots)):
+                if worker.conn not in ready:
+                    continue
+                try:
+                    worker.ready = worker.conn.recv() == _READY  # a new worker's first message
+                except (EOFError, OSError):
+                    failed_starts += 1
+                    if failed_starts > 3 * self.workers:
+                        raise RuntimeError("pool workers keep dying before they are ready") from None
+                    self._replace(slot)
 
     def _ensure_workers(self) -> None:
         if (

@@ -14,15 +14,19 @@ import select
 import socket
 import struct
 import time
+from collections.abc import Callable
 
 from or1.errors import UserError
 from or1.sandbox.protocol import (
+    REPLY_SLACK,
+    BatchRequest,
     FrameChannel,
     Limits,
     SandboxError,
     TestReply,
     TestRequest,
     runner_source,
+    stream_batch,
     test_uids,
 )
 
@@ -161,14 +165,29 @@ class DockerSandbox:
             if self._sock is None:
                 self._restart()
             self.channel.send(request.to_json())
-            return TestReply.from_json(self.channel.recv(time.monotonic() + request.timeout + 10))
+            return TestReply.from_json(self.channel.recv(time.monotonic() + request.timeout + REPLY_SLACK))
         except Exception as exc:  # engine and socket errors alike: never a pass
-            try:
+            return self._failed(exc)
+
+    def run_batch(self, batch: BatchRequest, keep_going: Callable[[int, TestReply], bool]) -> list[TestReply]:
+        """Run a program's tests in one visit (see `stream_batch`); a dead runner or container is replaced and the
+        test it was on reported as internal."""
+        replies: list[TestReply] = []
+        try:
+            if self._sock is None:
                 self._restart()
-            except Exception as again:
-                self._sock = None
-                return TestReply(status="internal", stderr=f"{exc}; restart failed: {again}")
-            return TestReply(status="internal", stderr=str(exc))
+            return stream_batch(self.channel, batch, keep_going, replies)
+        except Exception as exc:  # engine and socket errors alike: never a pass
+            return [*replies, self._failed(exc)]
+
+    def _failed(self, exc: Exception) -> TestReply:
+        """Replace the runner after `exc` and report the test it was on as internal."""
+        try:
+            self._restart()
+        except Exception as again:
+            self._sock = None
+            return TestReply(status="internal", stderr=f"{exc}; restart failed: {again}")
+        return TestReply(status="internal", stderr=str(exc))
 
     def _restart(self) -> None:
         self._close_socket()

@@ -11,17 +11,21 @@ import os
 import shutil
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 from or1.errors import UserError
 from or1.sandbox.cgroup import SlotCgroup
 from or1.sandbox.protocol import (
+    REPLY_SLACK,
+    BatchRequest,
     FrameChannel,
     Limits,
     SandboxError,
     TestReply,
     TestRequest,
     runner_source,
+    stream_batch,
     test_uids,
 )
 
@@ -126,10 +130,22 @@ class LocalSandbox:
             self._restart()
         try:
             self.channel.send(request.to_json())
-            return TestReply.from_json(self.channel.recv(time.monotonic() + request.timeout + 10))
+            return TestReply.from_json(self.channel.recv(time.monotonic() + request.timeout + REPLY_SLACK))
         except (SandboxError, OSError) as exc:
             self._restart()
             return TestReply(status="internal", stderr=str(exc))
+
+    def run_batch(self, batch: BatchRequest, keep_going: Callable[[int, TestReply], bool]) -> list[TestReply]:
+        """Run a program's tests in one visit (see `stream_batch`); a dead or stuck runner is restarted and the
+        test it was on reported as internal."""
+        if self.proc is None or self.proc.poll() is not None:
+            self._restart()
+        replies: list[TestReply] = []
+        try:
+            return stream_batch(self.channel, batch, keep_going, replies)
+        except (SandboxError, OSError) as exc:
+            self._restart()
+            return [*replies, TestReply(status="internal", stderr=str(exc))]
 
     def _restart(self) -> None:
         self._stop()

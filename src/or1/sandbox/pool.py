@@ -1,7 +1,7 @@
 """A warm pool of sandbox slots that runs many problems' tests concurrently and returns results in order.
 
 For the code reward and `or1 sandbox check`. Each slot is one sandbox (a bubblewrap'd runner or a container) that
-judges one test at a time; `map` hands each job a free slot. Pools are cached per (backend, slots) so training
+runs one test, or one program's tests, at a time; `map` hands each job a free slot. Pools are cached per (backend, slots) so training
 steps reuse warm slots, and every pool is closed at interpreter exit: no process, container or file stays behind.
 """
 
@@ -17,16 +17,21 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import Protocol, TypeVar
 
 from or1.errors import UserError
-from or1.sandbox.protocol import Limits, TestReply, TestRequest
+from or1.sandbox.protocol import BatchRequest, Limits, TestReply, TestRequest
 
 T = TypeVar("T")
 BACKENDS = ("local", "docker")
 
 
 class Sandbox(Protocol):
-    """One slot: judges a test, and can be closed (all its processes, containers and files removed)."""
+    """One slot: runs a test, or a program's tests in one visit, and can be closed (all its processes, containers
+    and files removed)."""
 
     def run(self, request: TestRequest) -> TestReply: ...
+
+    def run_batch(
+        self, batch: BatchRequest, keep_going: Callable[[int, TestReply], bool]
+    ) -> list[TestReply]: ...
 
     def close(self) -> None: ...
 

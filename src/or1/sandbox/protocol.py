@@ -9,6 +9,7 @@ import json
 import os
 import select
 import time
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -18,6 +19,9 @@ RUNNER_PATH = Path(__file__).with_name("runner.py")
 UID_BASE = int(os.environ.get("OR1_SANDBOX_UID_BASE", "2000000000"))  # far from users, nobody, subuid ranges
 UID_SPAN = 100_000  # test uids are spread by host pid so two or1 processes rarely share a uid's process count
 MAX_REPLY = 256 << 20  # a runner reply is capped output plus a little JSON; more means a broken runner
+REPLY_SLACK = (
+    10.0  # seconds the host waits beyond a test's (or a batch's) time limit before it gives up on a runner
+)
 
 
 def test_uids(slot: int) -> tuple[int, int]:
@@ -72,6 +76,26 @@ class TestRequest:
 
     def to_json(self) -> dict:
         return asdict(self)
+
+
+@dataclass(frozen=True)
+class BatchRequest:
+    """All tests of one program for one sandbox visit: run one after another, each in a fresh fork with its own
+    timeout (`tests[i].timeout`; their `program` and `limits` are this batch's), within `budget` seconds in all."""
+
+    program: str
+    tests: list[TestRequest]
+    budget: float
+    limits: Limits = field(default_factory=Limits)
+
+    def to_json(self) -> dict:
+        tests = [{k: v for k, v in t.to_json().items() if k not in ("program", "limits")} for t in self.tests]
+        return {"kind": "batch", "program": self.program, "limits": asdict(self.limits), "budget": self.budget,
+                "tests": tests}  # fmt: skip
+
+    def wall_limit(self) -> float:
+        """Seconds the whole batch may take in the runner: its tests' timeouts added up, at most the budget."""
+        return min(sum(t.timeout for t in self.tests), self.budget)
 
 
 @dataclass(frozen=True)
@@ -139,3 +163,31 @@ class FrameChannel:
         out = bytes(self._buffer[:n])
         del self._buffer[:n]
         return out
+
+
+def stream_batch(
+    channel: FrameChannel,
+    batch: BatchRequest,
+    keep_going: Callable[[int, TestReply], bool],
+    replies: list[TestReply],
+) -> list[TestReply]:
+    """Send `batch` and collect one reply per test run into `replies`, in order, until the runner says done.
+
+    `keep_going(index, reply)` judges each reply as it arrives; False sends the runner a stop (the host alone can
+    tell a wrong output) and the replies after it are dropped. Raises SandboxError when the runner dies or does
+    not finish within the batch's wall limit plus slack.
+    """
+    channel.send(batch.to_json())
+    deadline = time.monotonic() + batch.wall_limit() + REPLY_SLACK
+    stopped = False
+    while True:
+        frame = channel.recv(deadline)
+        if "done" in frame:
+            return replies
+        if stopped:
+            continue
+        reply = TestReply.from_json(frame)
+        replies.append(reply)
+        if not keep_going(len(replies) - 1, reply):
+            channel.send({"kind": "stop"})
+            stopped = True

@@ -1,4 +1,4 @@
-"""The in-sandbox runner: a long-lived process that judges one test at a time for the or1 host, over a pipe.
+"""The in-sandbox runner: a long-lived process that runs tests for the or1 host, one at a time, over a pipe.
 
 Runs inside bubblewrap or a container, with the standard library only (the docker backend passes this file's
 source with `python3 -c`). The runner is root inside its sandbox (a handful of capabilities); each test runs in a
@@ -8,6 +8,10 @@ never enter the sandbox: the runner only returns what the program printed or ret
 
 Protocol (both directions): an 8-byte big-endian length, then that many bytes of UTF-8 JSON.
 Request: {"kind": "stdin"|"call"|"assert", "program", "timeout", "limits", ...kind fields}; reply: see `_reply`.
+Batch (all tests of one program in one visit): {"kind": "batch", "program", "limits", "budget", "tests": [test
+fields without program and limits]}; one reply frame per test as it ends, then {"done": n}. Only the host can tell
+a wrong output (it holds the expected ones), so it ends a batch early with a {"kind": "stop"} frame, which also
+kills the test then running; the runner compiles the program once and each test costs one fork.
 Assert-based tests run the trusted test code in a second child under another uid, which calls the candidate through
 a pipe with plain data only, so a candidate cannot forge a pass, patch the asserts or return an object whose
 `__eq__` lies.
@@ -15,14 +19,20 @@ a pipe with plain data only, so a candidate cannot forge a pass, patch the asser
 
 from __future__ import annotations
 
+import fcntl
+import gc
+import io
 import json
 import os
 import resource
 import select
+import shutil
 import signal
 import struct
 import sys
 import time
+import traceback
+import types
 
 HEADER = struct.Struct(">Q")
 MAX_FRAME = 1 << 30  # requests carry whole test inputs; a GiB is already far beyond any dataset
@@ -169,8 +179,6 @@ def _limit(limits: dict, timeout: float) -> None:
 
 def _become(uid: int, workdir: str, fds: dict[int, int], limits: dict, timeout: float) -> None:
     """Turn the forked child into an unprivileged, limited process with only the given fds open."""
-    import fcntl
-
     os.setsid()
     high = {target: fcntl.fcntl(source, fcntl.F_DUPFD, 100) for target, source in fds.items()}
     for target, source in high.items():  # via high copies: a source number may equal another target
@@ -192,8 +200,6 @@ def _become(uid: int, workdir: str, fds: dict[int, int], limits: dict, timeout: 
     os.environ.clear()
     os.environ.update({"PATH": "/usr/bin:/bin", "HOME": workdir, "LANG": "C.UTF-8", "TMPDIR": workdir})
     signal.signal(signal.SIGPIPE, signal.SIG_DFL)
-    import io
-
     sys.stdin = io.TextIOWrapper(io.BufferedReader(io.FileIO(0, "r", closefd=False)), encoding="utf-8")
     sys.stdout = io.TextIOWrapper(io.BufferedWriter(io.FileIO(1, "w", closefd=False)), encoding="utf-8")
     sys.stderr = io.TextIOWrapper(io.BufferedWriter(io.FileIO(2, "w", closefd=False)), encoding="utf-8")
@@ -204,8 +210,6 @@ def _become(uid: int, workdir: str, fds: dict[int, int], limits: dict, timeout: 
 def _module(*names: str) -> dict:
     """The namespace of a fresh module registered in sys.modules under `names` (the first is its __name__):
     @dataclass, pickle and typing look a class's module up there."""
-    import types
-
     module = types.ModuleType(names[0])
     module.__dict__["__builtins__"] = __builtins__
     for name in names:
@@ -213,9 +217,35 @@ def _module(*names: str) -> dict:
     return module.__dict__
 
 
+_COMPILED: dict[str, types.CodeType] = {}  # the current batch's program, compiled before its tests fork
+# the current batch's tests, whose secrets a candidate child scrubs (see `_fork`)
+_BATCH_TESTS: list[dict] = []
+
+
+def _compiled(source: str) -> types.CodeType:
+    """The code object of `source`: compiled once by the runner for a batch, else here in the test child."""
+    code = _COMPILED.get(source)
+    return code if code is not None else compile(source, "<solution>", "exec")
+
+
+def _precompile(program: str, kinds: set[str], limits: dict) -> None:
+    """Compile the batch's program once, as each kind of test runs it, under the tests' memory limit (the runner
+    is root and unlimited otherwise); a program that fails here fails the same way in each test child."""
+    _COMPILED.clear()
+    soft, hard = resource.getrlimit(resource.RLIMIT_AS)
+    resource.setrlimit(resource.RLIMIT_AS, (limits["memory_mb"] << 20, hard))
+    try:
+        for source in {CALL_PRELUDE + program if kind == "call" else program for kind in kinds}:
+            _COMPILED[source] = compile(source, "<solution>", "exec")
+    except (SyntaxError, ValueError, MemoryError, RecursionError):
+        _COMPILED.clear()
+    finally:
+        resource.setrlimit(resource.RLIMIT_AS, (soft, hard))
+
+
 def _run_program(source: str, name: str, prelude: str = "") -> dict:
     namespace = _module(name) if name != "__main__" else {"__name__": name, "__builtins__": __builtins__}
-    exec(compile(prelude + source, "<solution>", "exec"), namespace)
+    exec(_compiled(prelude + source), namespace)
     return namespace
 
 
@@ -246,7 +276,7 @@ def _candidate_serve(req: dict) -> None:
     exec(compile(req["prefix"], "<prefix>", "exec"), ns)
     classes = prefix_classes(ns)
     ns["__name__"] = "__or1_solution__"
-    exec(compile(req["program"], "<solution>", "exec"), ns)
+    exec(_compiled(req["program"]), ns)
     entry = eval(req["entry_point"], ns)
     while (call := read_frame(3)) is not None:
         try:
@@ -286,8 +316,6 @@ def _child_main(body, req: dict) -> None:
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
     except BaseException as exc:
-        import traceback
-
         traceback.print_exception(exc, limit=-3)
         code = 1
     try:
@@ -324,13 +352,14 @@ class _Capture:
 
 def _fork(body, req: dict, uid: int, workdir: str, fds: dict[int, int], hide: tuple[str, ...] = ()) -> int:
     """Start `body(req)` in a limited child; `hide` names request fields the child must not be able to read."""
+    gc.freeze()  # the runner's objects stay out of the child's collections: fewer copied pages per fork
     pid = os.fork()
     if pid == 0:
         try:
-            for (
-                key
-            ) in hide:  # the forked memory holds the whole request; drop the only reference to the secret
-                req[key] = ""
+            # the forked memory holds the whole request, and in a batch every test's: drop each reference to a secret
+            for held in (req, *_BATCH_TESTS):
+                for key in hide:
+                    held[key] = ""
             try:
                 _become(uid, workdir, fds, req["limits"], req["timeout"])
             except BaseException as exc:
@@ -400,7 +429,11 @@ def _sweep(uids: set[int], children: list[int]) -> None:
                 os.close(pidfd)
         for pid in children:
             try:
-                os.waitpid(pid, 0)
+                if os.waitpid(pid, os.WNOHANG)[0] == 0:
+                    # still running and not reaped, so the pid is ours: a test stopped or timed out before it changed
+                    # uid is no victim by uid, and waiting for it alone could take as long as it likes
+                    os.kill(pid, signal.SIGKILL)
+                    os.waitpid(pid, 0)
             except ChildProcessError:
                 pass
         children = []
@@ -423,8 +456,8 @@ def _reap() -> None:
             return
 
 
-def _judge(req: dict, uid: int, checker_uid: int) -> dict:
-    """Run one test in fresh children and report what they printed or returned."""
+def _judge(req: dict, uid: int, checker_uid: int, abort: int | None = None) -> dict:
+    """Run one test in fresh children and report what they printed or returned; `abort` readable ends it early."""
     kind, limits = req["kind"], req["limits"]
     stdin = os.memfd_create("stdin")
     _write_all(stdin, req.get("stdin", "").encode("utf-8"))
@@ -456,18 +489,16 @@ def _judge(req: dict, uid: int, checker_uid: int) -> dict:
     for fd in [stdin, out_w, err_w, res_w, *extra]:
         os.close(fd)
     try:
-        return _watch(primary, others, req["timeout"], limits["output_bytes"], out_r, err_r, res_r)
+        return _watch(primary, others, req["timeout"], limits["output_bytes"], abort, out_r, err_r, res_r)
     finally:
         _sweep({uid, checker_uid}, [primary, *others])
         for fd in (out_r, err_r, res_r):
             os.close(fd)
-        import shutil
-
         for path in dirs:
             shutil.rmtree(path, ignore_errors=True)
 
 
-def _watch(primary: int, others: list[int], timeout: float, cap: int, *fds: int) -> dict:
+def _watch(primary: int, others: list[int], timeout: float, cap: int, abort: int | None, *fds: int) -> dict:
     out, err, res = _Capture(fds[0], cap), _Capture(fds[1], cap, keep_tail=True), _Capture(fds[2], cap)
     for fd in fds:
         os.set_blocking(fd, False)
@@ -480,8 +511,13 @@ def _watch(primary: int, others: list[int], timeout: float, cap: int, *fds: int)
             if left <= 0:
                 status = "timeout"
                 break
-            watched = [c.fd for c in (out, err, res) if c.open] + [exited]
+            watched = (
+                [c.fd for c in (out, err, res) if c.open] + [exited] + ([abort] if abort is not None else [])
+            )
             ready, _, _ = select.select(watched, [], [], left)
+            if abort is not None and abort in ready:
+                status = "stopped"
+                break
             for cap_ in (out, err, res):
                 if cap_.fd in ready:
                     cap_.pump()
@@ -503,7 +539,8 @@ def _watch(primary: int, others: list[int], timeout: float, cap: int, *fds: int)
 
 
 def _reply(status: str, code: int | None, wall: float, out: _Capture, err: _Capture, res: _Capture) -> dict:
-    """status: ok | runtime_error | timeout | output_limit; result: call mode's JSON, or "PASS" in assert mode."""
+    """status: ok | runtime_error | timeout | output_limit | stopped (the host ended the batch); result: call mode's
+    JSON, or "PASS" in assert mode."""
     decode_ = lambda c: bytes(c.data).decode("utf-8", "replace")  # noqa: E731
     stdout = decode_(out) if status == "ok" else ""  # only a clean run's output is ever compared
     return {
@@ -526,14 +563,73 @@ def _serve(uid: int, checker_uid: int) -> None:
         sys.path.append(SANDBOX_PACKAGES)  # the interpreter runs with -I -S: no site-packages otherwise
     write_frame(1, {"ready": True, "python": sys.version.split()[0]})
     while (req := read_frame(0)) is not None:
+        if req.get("kind") == "stop":
+            continue  # the host's stop crossed the end of a batch that had already finished
         try:
+            if req.get("kind") == "batch":
+                _batch(req, uid, checker_uid)
+                continue
             reply = _judge(req, uid, checker_uid)
         except SweepFailed as exc:
             write_frame(1, {"status": "internal", "stderr": str(exc)})
             return  # exiting ends the sandbox (bwrap's namespace, or the host restarts the container)
+        except EOFError:
+            return  # the host went away in the middle of a batch
         except Exception as exc:  # a runner bug is reported to the host, which scores internal_error
             reply = {"status": "internal", "stderr": f"{type(exc).__name__}: {exc}"}
         write_frame(1, reply)
+
+
+def _batch(req: dict, uid: int, checker_uid: int) -> None:
+    """Run a program's tests one after another, each in fresh children with its own timeout, answering as each ends.
+
+    `budget` caps the batch's wall time: a test gets at most what is left of it, and none starts once it is spent.
+    A stop frame from the host ends the batch; it may arrive while a test runs (that test is killed, `stopped`).
+    """
+    start = time.monotonic()
+    _precompile(req["program"], {test["kind"] for test in req["tests"]}, req["limits"])
+    _BATCH_TESTS[:] = req["tests"]
+    ran = 0
+    try:
+        for test in req["tests"]:
+            left = req["budget"] - (time.monotonic() - start)
+            if left <= 0 or _stop_waiting():
+                break
+            test = {
+                **test,
+                "program": req["program"],
+                "limits": req["limits"],
+                "timeout": min(test["timeout"], left),
+            }
+            try:
+                reply = _judge(test, uid, checker_uid, abort=0)
+            except SweepFailed:
+                raise
+            except Exception as exc:  # a runner bug: this test is internal, the batch goes on
+                reply = {"status": "internal", "stderr": f"{type(exc).__name__}: {exc}"}
+            write_frame(1, reply)
+            ran += 1
+            if reply["status"] == "stopped":
+                _take_stop()
+                break
+    finally:
+        _COMPILED.clear()
+        _BATCH_TESTS.clear()
+    write_frame(1, {"done": ran})
+
+
+def _stop_waiting() -> bool:
+    """Whether the host has sent its stop frame (consumed here); raises EOFError when the host is gone."""
+    if not select.select([0], [], [], 0)[0]:
+        return False
+    _take_stop()
+    return True
+
+
+def _take_stop() -> None:
+    """Read the stop frame that made stdin readable; during a batch the host sends nothing else."""
+    if read_frame(0) is None:
+        raise EOFError("the host closed the pipe")
 
 
 def _init() -> None:
