@@ -126,15 +126,24 @@ def main(argv: list[str] | None = None) -> list[dict]:
             continue
         out = measure(backend, args.slots, args.n, args.rounds)
         met = "met" if out["ratio_reward_over_plain"] >= out["target"] else "NOT met"
-        print(f"{backend} ({args.slots} slots, {out['cpus']} CPUs, load {out['load_average']}), "
-              f"medians of {args.rounds} rounds:")  # fmt: skip
-        print(f"  {'plain subprocess executions/s':34}{out['plain_exec_per_s']:.1f}")
-        print(f"  {'isolated executions/s':34}{out['isolated_exec_per_s']:.1f}   (one request per test)")
+        load = out["load_average"]
         print(
-            f"  {'score_code_batch tests/s':34}{out['reward_tests_per_s']:.1f}   ({TESTS_PER_PROBLEM} tests a problem)"
+            f"{backend} ({args.slots} slots, {out['cpus']} CPUs, load {load}), medians of {args.rounds} rounds:"
         )
-        print(f"  {'score_code_batch / plain':34}{out['ratio_reward_over_plain']:.2f}x   "
-              f"(rounds {out['ratios']}; target {out['target']:g}x: {met})")  # fmt: skip
+        rows = [
+            ("plain subprocess executions/s", f"{out['plain_exec_per_s']:.1f}"),
+            ("isolated executions/s", f"{out['isolated_exec_per_s']:.1f}   (one request per test)"),
+            (
+                "score_code_batch tests/s",
+                f"{out['reward_tests_per_s']:.1f}   ({TESTS_PER_PROBLEM} tests a problem)",
+            ),
+            (
+                "score_code_batch / plain",
+                f"{out['ratio_reward_over_plain']:.2f}x   (rounds {out['ratios']}; target {out['target']:g}x: {met})",
+            ),
+        ]
+        for name, value in rows:
+            print(f"  {name:34}{value}")
         print(json.dumps(out))
         outs.append(out)
     return outs

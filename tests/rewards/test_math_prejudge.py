@@ -92,6 +92,8 @@ def test_a_difference_inside_the_veto_tolerance_is_left_to_sympy() -> None:
         ("e^2", "e^3"),
         ("1\\frac{4}{5}", "6\\frac{4}{5}"),  # apart as mixed numbers and as products
         ("3R^2", "3R^3"),
+        ("\\frac{\\sqrt{21}}{5}", "\\frac{\\sqrt{21}}{0}"),  # a number against an undefined value
+        ("(\\frac{3}{5},\\frac{8}{3}]", "(\\frac{3}{0},\\frac{8}{3}]"),
     ],
 )
 def test_values_that_differ_are_refuted_as_math_verify_and_the_veto_refute_them(gold: str, pred: str) -> None:
@@ -117,7 +119,9 @@ def test_values_that_differ_are_refuted_as_math_verify_and_the_veto_refute_them(
         ("\\sqrt{-4}", "2"),  # complex
         ("1 \\pm \\sqrt{2}", "1"),
         ("(0,9) \\cup (9,36)", "(0,9) \\cup (9,34)"),
-        ("\\frac{1}{0}", "1"),
+        ("\\frac{1}{0}", "\\frac{2}{0}"),  # both undefined
+        ("\\frac{1}{0}", "\\infty"),
+        ("\\frac{0}{0}", "1"),
         ("2/3x", "x"),
     ],
 )

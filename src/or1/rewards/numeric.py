@@ -193,8 +193,8 @@ def _evaluate(node: tuple, env: dict) -> complex | float:
     if kind == "mixed":
         return a + b
     if kind == "div":
-        if b == 0:
-            raise _Outside("division by zero")
+        if b == 0:  # sympy's complex infinity: it matches no number, only infinities (see `_close`)
+            return math.inf if a != 0 else math.nan
         return a / b
     if isinstance(b, complex) or b != int(b) or abs(b) > 64 or (a == 0 and b < 0):
         raise _Outside("power")  # fractional powers of negatives are complex; big ones overflow
@@ -250,7 +250,7 @@ def _read(text: str) -> list[tuple]:
 
 def _close(a: complex | float, b: complex | float, margin: float) -> bool:
     if _infinite(a) or _infinite(b):
-        return a == b
+        return _infinite(a) and _infinite(b)  # signs aside: -oo, oo and zoo are not told apart here
     return abs(a - b) <= margin * max(abs(a), abs(b), 1e-12)
 
 

@@ -19,9 +19,8 @@ RUNNER_PATH = Path(__file__).with_name("runner.py")
 UID_BASE = int(os.environ.get("OR1_SANDBOX_UID_BASE", "2000000000"))  # far from users, nobody, subuid ranges
 UID_SPAN = 100_000  # test uids are spread by host pid so two or1 processes rarely share a uid's process count
 MAX_REPLY = 256 << 20  # a runner reply is capped output plus a little JSON; more means a broken runner
-REPLY_SLACK = (
-    10.0  # seconds the host waits beyond a test's (or a batch's) time limit before it gives up on a runner
-)
+# seconds the host waits beyond a test's (or a batch's) time limit before it gives up on a runner
+REPLY_SLACK = 10.0
 
 
 def test_uids(slot: int) -> tuple[int, int]:
@@ -90,8 +89,14 @@ class BatchRequest:
 
     def to_json(self) -> dict:
         tests = [{k: v for k, v in t.to_json().items() if k not in ("program", "limits")} for t in self.tests]
-        return {"kind": "batch", "program": self.program, "limits": asdict(self.limits), "budget": self.budget,
-                "tests": tests}  # fmt: skip
+        limits = asdict(self.limits)
+        return {
+            "kind": "batch",
+            "program": self.program,
+            "limits": limits,
+            "budget": self.budget,
+            "tests": tests,
+        }
 
     def wall_limit(self) -> float:
         """Seconds the whole batch may take in the runner: its tests' timeouts added up, at most the budget."""
@@ -100,7 +105,7 @@ class BatchRequest:
 
 @dataclass(frozen=True)
 class TestReply:
-    """What a test did. status: ok | runtime_error | timeout | output_limit | internal."""
+    """What a test did. status: ok | runtime_error | timeout | output_limit | stopped (by the host) | internal."""
 
     __test__ = False  # not a pytest class
 
