@@ -12,13 +12,16 @@ import dataclasses
 import json
 import threading
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from or1.rewards.extract import EXTRACTION_MODES
 from or1.rewards.math import prejudge, verify_math, warm_up
 from or1.rewards.pool import OK, TIMEOUT, ProcessPool
 from or1.rewards.result import BAD_INPUT, INTERNAL_ERROR, Result
 from or1.rewards.result import TIMEOUT as TIMEOUT_REASON
+
+if TYPE_CHECKING:
+    from or1.config.schema import RewardConfig
 
 _POOLS: dict[int, ProcessPool] = {}
 _POOLS_LOCK = threading.Lock()
@@ -144,3 +147,15 @@ def score_batch(
     if code_jobs:
         _score_code(code_jobs, results, workers, code_timeout)
     return [r if r is not None else Result(0.0, INTERNAL_ERROR, detail="row not scored") for r in results]
+
+
+def score_with(rows: Sequence[Mapping[str, Any]], config: RewardConfig) -> list[Result]:
+    """`score_batch` under a recipe's reward settings (verifier processes, both timeouts, math extraction): what
+    training scores with, on the head or in a node's scorer."""
+    return score_batch(
+        rows,
+        workers=config.workers,
+        timeout=config.math_timeout,
+        code_timeout=config.code_timeout,
+        math_extraction=config.math_extraction,
+    )

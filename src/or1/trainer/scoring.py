@@ -3,7 +3,7 @@
 One session per batch. The caller submits rows while it does something else (generation streams finished rows
 in); `finish` blocks until each submitted row is scored exactly once. `HeadSession` scores in this process on a
 background thread (reward.placement head); `or1.trainer.scoring_cluster` spreads the rows over one scorer actor
-per Ray node (cluster). Both call `or1.rewards.score.score_batch`, so a row scores the same in either.
+per Ray node (cluster). Both call `or1.rewards.score.score_with`, so a row scores the same in either.
 """
 
 from __future__ import annotations
@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 
 from or1.config.schema import RewardConfig
 from or1.rewards.result import Result
-from or1.rewards.score import score_batch
+from or1.rewards.score import score_with
 
 HEAD_NODE = "head"  # where head placement scores, in Scored.nodes and the per-node metrics
 SLOWEST_ROWS = 3  # the slowest rows of a step named in its metrics and kept in its saved samples
@@ -156,13 +156,7 @@ class HeadSession(ScoringSession):
 
     def _score(self, ability: str, keys: list[Hashable], rows: list[dict]) -> None:
         start = time.perf_counter()
-        results = score_batch(
-            rows,
-            workers=self.cfg.workers,
-            timeout=self.cfg.math_timeout,
-            code_timeout=self.cfg.code_timeout,
-            math_extraction=self.cfg.math_extraction,
-        )
+        results = score_with(rows, self.cfg)
         self._record(keys, results, HEAD_NODE, ability, time.perf_counter() - start)
 
     def _wait(self) -> None:

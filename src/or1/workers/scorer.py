@@ -2,7 +2,7 @@
 
 The controller (`or1.trainer.scoring_cluster`) starts one `Scorer` actor on every node when reward.placement is
 cluster, declaring its CPUs to Ray, and feeds it chunks of rows of one ability. The actor calls the same
-`or1.rewards.score.score_batch` as head placement, so a row scores the same wherever it is scored; its verifier
+`or1.rewards.score.score_with` as head placement, so a row scores the same wherever it is scored; its verifier
 pools are process-wide in the actor and die with it. Chunks run one at a time (the pools run one batch at a time).
 """
 
@@ -15,7 +15,7 @@ import ray
 
 from or1.config.schema import RewardConfig
 from or1.rewards.result import Result
-from or1.rewards.score import math_pool, score_batch
+from or1.rewards.score import math_pool, score_with
 
 
 @dataclass(frozen=True)
@@ -43,11 +43,5 @@ class Scorer:
     def score(self, rows: list[dict]) -> ChunkScores:
         """Score one chunk of rows ({"ability", "response", "reward_model"})."""
         start = time.perf_counter()
-        results = score_batch(
-            rows,
-            workers=self.cfg.workers,
-            timeout=self.cfg.math_timeout,
-            code_timeout=self.cfg.code_timeout,
-            math_extraction=self.cfg.math_extraction,
-        )
+        results = score_with(rows, self.cfg)
         return ChunkScores(self.node, results, time.perf_counter() - start)
