@@ -1,14 +1,35 @@
-"""The trainer tests' short tiny runs, and what they compare between two runs: metrics without timings, and saved
-weights."""
+"""The trainer tests' short tiny runs, what they compare between two runs (metrics without timings, and saved
+weights), and the two-node local Ray cluster of the multi-node tests."""
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 from safetensors.torch import load_file
+
+
+@contextmanager
+def two_node_cluster(head_cpus: float, worker_cpus: float) -> Iterator[tuple]:
+    """A head and a worker node on this machine (ray.cluster_utils.Cluster, each with its own CPUs): (cluster,
+    worker node); shut down on exit."""
+    from ray.cluster_utils import Cluster  # only the multi-node tests pay for it
+
+    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
+    cluster = Cluster(
+        initialize_head=True, head_node_args={"num_cpus": head_cpus, "include_dashboard": False}
+    )
+    worker_node = cluster.add_node(num_cpus=worker_cpus)
+    cluster.wait_for_nodes()
+    try:
+        yield cluster, worker_node
+    finally:
+        cluster.shutdown()
 
 
 def tiny_run(model: Path, train_file: Path, *settings: str) -> list[str]:

@@ -8,7 +8,6 @@ numbers whichever machine each lives on.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 from pathlib import Path
@@ -16,8 +15,7 @@ from pathlib import Path
 import pytest
 import ray
 import torch
-from ray.cluster_utils import Cluster
-from run_files import assert_same_weights, metrics, tiny_run, wait_for_checkpoint, weights
+from run_files import assert_same_weights, metrics, tiny_run, two_node_cluster, wait_for_checkpoint, weights
 
 from or1.errors import UserError
 from or1.hybrid import ResourcePool, WorkerGroup, ray_session
@@ -45,12 +43,8 @@ class WhereAmI(Worker):
 
 @pytest.fixture(scope="module")
 def cluster():
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": HEAD_CPUS, "include_dashboard": False})
-    worker_node = c.add_node(num_cpus=WORKER_CPUS)
-    c.wait_for_nodes()
-    yield c, worker_node
-    c.shutdown()
+    with two_node_cluster(HEAD_CPUS, WORKER_CPUS) as nodes:
+        yield nodes
 
 
 def command(

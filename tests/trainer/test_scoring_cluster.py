@@ -7,7 +7,6 @@ value, and no product setting can turn them on.
 
 from __future__ import annotations
 
-import os
 import subprocess
 import sys
 import time
@@ -15,8 +14,7 @@ from collections.abc import Hashable
 from pathlib import Path
 
 import pytest
-from ray.cluster_utils import Cluster
-from run_files import metrics, tiny_run
+from run_files import metrics, tiny_run, two_node_cluster
 
 from or1.config.schema import RewardConfig
 from or1.data.synthetic import code_validation_rows, math_validation_rows
@@ -37,13 +35,8 @@ RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 
 @pytest.fixture(scope="module")
 def cluster():
-    os.environ.setdefault("RAY_USAGE_STATS_ENABLED", "0")
-    c = Cluster(initialize_head=True, head_node_args={"num_cpus": HEAD_CPUS, "include_dashboard": False})
-    worker_node = c.add_node(num_cpus=WORKER_CPUS)
-    c.wait_for_nodes()
-    with ray_session(c.address):
+    with two_node_cluster(HEAD_CPUS, WORKER_CPUS) as (c, worker_node), ray_session(c.address):
         yield c, worker_node
-    c.shutdown()
 
 
 def config(**extra) -> RewardConfig:
