@@ -82,6 +82,19 @@ class Toy(Worker):
         return self.rank
 
     @register(Dispatch.ONE_TO_ALL)
+    def lose_peer(self, dying: int) -> None:
+        """Rank `dying` dies a moment after its peers failed (as a collective fails on a peer's lost connection)."""
+        if self.rank == dying:
+            time.sleep(1.0)
+            os._exit(1)
+        raise RuntimeError("Read error: Connection reset by peer")
+
+    @register(Dispatch.DP_COMPUTE)
+    def lose_peer_streaming(self, batch: Batch, dying: int):
+        yield self.rank
+        self.lose_peer(dying)
+
+    @register(Dispatch.ONE_TO_ALL)
     def refuse(self) -> None:
         raise UserError("set toy.offset to a number the toy likes")
 
@@ -227,6 +240,22 @@ def test_killed_actor_raises_instead_of_hanging(group):
         with pytest.raises(WorkerError, match="worker group 'doomed' rank 1 failed in all_reduce_rank.*died"):
             doomed.all_reduce_rank()
         assert time.monotonic() - start < 30
+    finally:
+        doomed.shutdown()
+
+
+@pytest.mark.parametrize("streamed", [False, True], ids=["call", "stream"])
+def test_a_peer_seen_dead_after_its_rank_failed_is_named_as_the_cause(group, streamed):
+    doomed = WorkerGroup(pool(), Toy, init_kwargs={"offset": 0}, name="doomed")
+    try:
+        with pytest.raises(WorkerError, match="rank 1 failed in lose_peer.*died.*rank 0 then failed") as err:
+            if streamed:
+                doomed.stream(
+                    "lose_peer_streaming", lambda rank, item: None, Batch(tensors={"x": torch.arange(2)}), 1
+                )
+            else:
+                doomed.lose_peer(1)
+        assert err.value.died  # the failure a restart answers
     finally:
         doomed.shutdown()
 

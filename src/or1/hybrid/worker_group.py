@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import os
 import socket
+import time
 from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Any
 
 import ray
+from ray import ObjectRefGenerator
 from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
@@ -58,6 +61,10 @@ class RankActor:
 
 _RemoteRankActor = ray.remote(RankActor)
 
+# How long a rank's failure waits for Ray to report a peer's death: a killed rank's peers fail in their collective
+# (a gloo "connection reset") often before Ray sees the process gone.
+PEER_DEATH_GRACE_S = 10.0
+
 
 def wait_all(group: str, method: str, refs: list[ray.ObjectRef], timeout_s: float | None = None) -> list[Any]:
     """Per-rank results in rank order; raises on the first failure as it happens, not after the slowest rank."""
@@ -69,8 +76,40 @@ def wait_all(group: str, method: str, refs: list[ray.ObjectRef], timeout_s: floa
         if not done:
             raise WorkerError(group, rank_of[pending[0]], method, f"no result within {timeout_s} s")
         rank = rank_of[done[0]]
-        results[rank] = _get(group, rank, method, done[0])
+        with _blaming_a_dead_peer(group, method, {ref: rank_of[ref] for ref in pending}):
+            results[rank] = _get(group, rank, method, done[0])
     return [results[r] for r in range(len(refs))]
+
+
+@contextmanager
+def _blaming_a_dead_peer(group: str, method: str, peers: dict[Any, int]) -> Iterator[None]:
+    """Turn a rank's failure into its peer's death where a peer (a pending ref or stream) died: that is the cause,
+    and the failure a restart answers (`died`)."""
+    try:
+        yield
+    except WorkerError as err:
+        if err.died:
+            raise
+        deadline = time.monotonic() + PEER_DEATH_GRACE_S
+        pending = list(peers)
+        while pending and (left := deadline - time.monotonic()) > 0:
+            done, pending = ray.wait(pending, num_returns=1, timeout=left)
+            if not done:
+                break
+            ready = done[0]
+            stream = isinstance(ready, ObjectRefGenerator)
+            try:
+                ray.get(next(ready) if stream else ready)
+            except RayActorError as e:
+                detail = (
+                    f"its actor process died ({type(e).__name__}); rank {err.rank} then failed: {err.detail}"
+                )
+                raise WorkerError(group, peers[ready], method, detail, died=True) from e
+            except Exception:  # noqa: BLE001 - another failure, or a stream's end: not a death
+                continue
+            if stream:  # a stream that yielded an item may still end in its process's death
+                pending.append(ready)
+        raise
 
 
 def _get(group: str, rank: int, method: str, ref: ray.ObjectRef) -> Any:
@@ -179,7 +218,8 @@ class WorkerGroup:
                 ref = next(ready)
             except StopIteration:
                 continue
-            item = _get(self.name, rank, method, ref)
+            with _blaming_a_dead_peer(self.name, method, {g: rank_of[g] for g in pending}):
+                item = _get(self.name, rank, method, ref)
             if rank in last:  # an earlier item is a progress item only once another follows it
                 on_item(rank, last[rank])
             last[rank] = item
