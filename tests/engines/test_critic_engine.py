@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from test_fsdp_engine import PROMPT_W, make_batch
 
+from gloo_ranks import spawn_ranks
 from or1.engines.fsdp import FSDPCriticEngine, TrainSettings
 from or1.engines.loading import load_value_model
 from or1.hybrid.batch import Batch
@@ -46,14 +46,13 @@ def _rank(
         engine.save(Path(save_to))
     if rank == 0:
         torch.save({"values": torch.cat(gathered), "history": history}, out_file)
-    dist.destroy_process_group()
 
 
 def run_ranks(tmp_path: Path, model_dir: Path, world: int, save_to: str = "", sp: int = 1) -> dict:
     """`world` ranks, each handed its share of the batch; sp > 1: groups of `sp` ranks in Ulysses parallel."""
     out = tmp_path / f"critic_{world}_{sp}.pt"
     args = (world, str(tmp_path / f"pg_{world}_{sp}"), str(model_dir), str(out), save_to, sp)
-    mp.spawn(_rank, args=args, nprocs=world, join=True)
+    spawn_ranks(_rank, *args, nprocs=world)
     return torch.load(out, weights_only=False)
 
 
@@ -105,7 +104,6 @@ def _reload_rank(rank: int, init_file: str, folder: str, out_file: str) -> None:
     engine = FSDPCriticEngine(folder, TrainSettings(), cliprange_value=0.5)
     engine.load(Path(folder))  # the optimizer state written beside the weights loads too
     torch.save(engine.values(with_targets(make_batch(8))).tensors["values"], out_file)
-    dist.destroy_process_group()
 
 
 def test_saved_critic_is_an_hf_folder_that_reloads(one_rank: dict, tmp_path: Path) -> None:
@@ -114,7 +112,7 @@ def test_saved_critic_is_an_hf_folder_that_reloads(one_rank: dict, tmp_path: Pat
     assert config["architectures"] == ["Qwen2ForTokenClassification"] and len(config["id2label"]) == 1
     assert (saved / "optimizer.pt").is_file()
     out = tmp_path / "values.pt"
-    mp.spawn(_reload_rank, args=(str(tmp_path / "pg"), str(saved), str(out)), nprocs=1, join=True)
+    spawn_ranks(_reload_rank, str(tmp_path / "pg"), str(saved), str(out), nprocs=1)
     trained = load_value_model(saved)  # plain transformers loading of the trained critic
     batch = make_batch(8)
     mask = batch.tensors["attention_mask"][0].bool()

@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 
+from gloo_ranks import spawn_ranks
 from or1.algos.losses import LossConfig, token_log_probs
 from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
 from or1.engines.loading import load_causal_lm
@@ -75,12 +75,11 @@ def _rank(
         )
     if rank == 0:
         torch.save(results, out_file)
-    dist.destroy_process_group()
 
 
 def run_ranks(tmp_path: Path, model_dir: Path, world: int, settings: list[TrainSettings]) -> list[dict]:
     out, init = tmp_path / f"out_{world}.pt", tmp_path / f"pg_{world}"
-    mp.spawn(_rank, args=(world, str(init), str(model_dir), settings, str(out)), nprocs=world, join=True)
+    spawn_ranks(_rank, world, str(init), str(model_dir), settings, str(out), nprocs=world)
     return torch.load(out, weights_only=False)
 
 
@@ -172,18 +171,17 @@ def _save_rank(rank: int, world: int, init_file: str, model_dir: str, folder: st
     else:
         engine.train_step(make_batch(8).chunk(world)[rank], LossConfig(), temperature=1.0)
     engine.save(Path(folder))
-    dist.destroy_process_group()
 
 
 def test_checkpoint_is_hf_loadable_and_world_size_independent(tmp_path: Path, model_dir: Path) -> None:
     saved, resaved = tmp_path / "two_ranks", tmp_path / "one_rank"
-    mp.spawn(_save_rank, args=(2, str(tmp_path / "pg_a"), str(model_dir), str(saved), ""), nprocs=2)
+    spawn_ranks(_save_rank, 2, str(tmp_path / "pg_a"), str(model_dir), str(saved), "")
     model = load_causal_lm(saved)  # plain transformers loading, no or1 code in between
     assert json.loads((saved / "config.json").read_text())["architectures"] == ["Qwen2ForCausalLM"]
     assert not torch.equal(
         model.state_dict()["model.norm.weight"], load_causal_lm(model_dir).state_dict()["model.norm.weight"]
     )
-    mp.spawn(_save_rank, args=(1, str(tmp_path / "pg_b"), str(model_dir), str(resaved), str(saved)), nprocs=1)
+    spawn_ranks(_save_rank, 1, str(tmp_path / "pg_b"), str(model_dir), str(resaved), str(saved), nprocs=1)
     again = load_causal_lm(resaved).state_dict()
     for name, value in model.state_dict().items():
         torch.testing.assert_close(again[name], value, atol=0, rtol=0)
@@ -208,14 +206,15 @@ def _first_step_rank(_rank: int, init_file: str, model_dir: str, folder: str, ou
         engine.train_step(batch, LossConfig(), temperature=1.0)
         params[kind] = {name: t.clone() for name, t in engine.named_full_params()}
     torch.save(params, out_file)
-    dist.destroy_process_group()
 
 
 def test_a_checkpoint_before_the_first_step_leaves_that_step_alone(tmp_path: Path, model_dir: Path) -> None:
     """Saving (or resuming from) a checkpoint whose optimizer never stepped must not start Adam's state early:
     a stage stopped before its first update then resumed ends with the same weights as one never stopped."""
     out = tmp_path / "params.pt"
-    mp.spawn(_first_step_rank, args=(str(tmp_path / "pg"), str(model_dir), str(tmp_path / "ckpt"), str(out)))
+    spawn_ranks(
+        _first_step_rank, str(tmp_path / "pg"), str(model_dir), str(tmp_path / "ckpt"), str(out), nprocs=1
+    )
     params = torch.load(out, weights_only=False)
     for name, value in params["straight"].items():
         torch.testing.assert_close(params["saved"][name], value, atol=0, rtol=0)
@@ -230,7 +229,6 @@ def _on_policy_rank(rank: int, world: int, init_file: str, model_dir: str, sp: i
     before = engine.log_probs(batch, temperature=1.0).tensors["log_probs"]
     engine.train_step(batch.drop(["old_log_probs"]), LossConfig(), temperature=1.0)
     torch.save((before, engine.on_policy_log_probs), Path(out_dir) / f"rank{rank}.pt")
-    dist.destroy_process_group()
 
 
 @pytest.mark.parametrize("sp", [1, 2])
@@ -239,12 +237,7 @@ def test_an_on_policy_update_keeps_the_old_log_probs_of_its_own_rows(
 ):
     """What the sampler-mismatch metrics read after a fused update: each rank's rows, as a log-prob pass gives them
     (2 data-parallel ranks, or one sequence-parallel group pooling both shares)."""
-    mp.spawn(
-        _on_policy_rank,
-        args=(2, str(tmp_path / "pg"), str(model_dir), sp, str(tmp_path)),
-        nprocs=2,
-        join=True,
-    )
+    spawn_ranks(_on_policy_rank, 2, str(tmp_path / "pg"), str(model_dir), sp, str(tmp_path))
     for rank in range(2):
         before, kept = torch.load(tmp_path / f"rank{rank}.pt")
         assert kept.shape == before.shape == (4, RESPONSE_W)

@@ -10,10 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from test_critic_engine import with_targets
 from test_fsdp_engine import PROMPT_W, RESPONSE_W, make_batch
 
+from gloo_ranks import spawn_ranks
 from or1.algos.losses import LossConfig
 from or1.engines.fsdp import FSDPCriticEngine, FSDPTrainEngine, TrainSettings
 from or1.engines.loading import load_causal_lm
@@ -158,14 +158,13 @@ def _policy_rank(rank: int, world: int, init_file: str, model_dir: str, out_file
         }
     if rank == 0:
         torch.save(results, out_file)
-    dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
 def policy_runs(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> dict[str, dict]:
     tmp = tmp_path_factory.mktemp("packing")
     args = (2, str(tmp / "pg"), str(model_dir), str(tmp / "out.pt"))
-    mp.spawn(_policy_rank, args=args, nprocs=2, join=True)
+    spawn_ranks(_policy_rank, *args)
     return torch.load(tmp / "out.pt", weights_only=False)
 
 
@@ -211,7 +210,7 @@ def test_on_policy_update_equals_the_two_pass_update(policy_runs: dict[str, dict
 
 def test_an_off_policy_update_needs_old_log_probs(tmp_path: Path, model_dir: Path) -> None:
     with pytest.raises(Exception, match="one mini-batch and one epoch"):
-        mp.spawn(_off_policy_rank, args=(str(tmp_path / "pg"), str(model_dir)), nprocs=1, join=True)
+        spawn_ranks(_off_policy_rank, str(tmp_path / "pg"), str(model_dir), nprocs=1)
 
 
 def _off_policy_rank(_rank: int, init_file: str, model_dir: str) -> None:
@@ -240,11 +239,10 @@ def _critic_rank(rank: int, world: int, init_file: str, model_dir: str, out_file
         results[name] = {"values": _gather(values, world), "metrics": [first, second]}
     if rank == 0:
         torch.save(results, out_file)
-    dist.destroy_process_group()
 
 
 def test_packed_critic_equals_padded(tmp_path: Path, model_dir: Path) -> None:
-    mp.spawn(_critic_rank, args=(2, str(tmp_path / "pg"), str(model_dir), str(tmp_path / "out.pt")), nprocs=2)
+    spawn_ranks(_critic_rank, 2, str(tmp_path / "pg"), str(model_dir), str(tmp_path / "out.pt"))
     runs = torch.load(tmp_path / "out.pt", weights_only=False)
     torch.testing.assert_close(runs["packed"]["values"], runs["padded"]["values"], atol=1e-5, rtol=1e-5)
     assert runs["padded"]["values"].abs().sum() > 0

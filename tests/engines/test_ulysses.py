@@ -6,9 +6,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from gloo_ranks import spawn_ranks
 from or1.algos.losses import token_log_probs
 from or1.engines import ulysses
 from or1.errors import UserError
@@ -85,13 +85,12 @@ def _sp_rank(rank: int, init_file: str, out_file: str) -> None:
     results = {kv_heads: sp_step(kv_heads, dist.group.WORLD) for kv_heads in KV_HEADS}
     if rank == 0:
         torch.save(results, out_file)
-    dist.destroy_process_group()
 
 
 @pytest.fixture(scope="module")
 def two_sp_ranks(tmp_path_factory: pytest.TempPathFactory) -> dict:
     tmp = tmp_path_factory.mktemp("ulysses")
-    mp.spawn(_sp_rank, args=(str(tmp / "pg"), str(tmp / "out.pt")), nprocs=2)
+    spawn_ranks(_sp_rank, str(tmp / "pg"), str(tmp / "out.pt"))
     return torch.load(tmp / "out.pt", weights_only=False)
 
 

@@ -9,9 +9,9 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
+from gloo_ranks import spawn_ranks
 from or1.algos import losses
 from or1.algos.losses import LossConfig, entropy_from_logits, token_log_probs
 from or1.engines.attention import use_grouped_sdpa
@@ -163,14 +163,13 @@ def _shard_rank(rank: int, world: int, init_file: str, model_dir: str, out_file:
     dist.all_gather_object(sizes, {"params": params, "grads": grads, "adam": moments})
     if rank == 0:
         torch.save(sizes, out_file)
-    dist.destroy_process_group()
 
 
 def test_fsdp2_shards_on_two_gloo_ranks_are_the_plans(tmp_path):
     folder = tmp_path / "model"
     tiny_model().save_pretrained(folder)
     out = tmp_path / "sizes.pt"
-    mp.spawn(_shard_rank, args=(2, str(tmp_path / "init"), str(folder), str(out)), nprocs=2, join=True)
+    spawn_ranks(_shard_rank, 2, str(tmp_path / "init"), str(folder), str(out))
     sizes = torch.load(out)
     plan = memory.ShardState.of(read_model_shape(folder), world=2)
     assert sizes[0] == {"params": plan.parameters, "grads": plan.gradients, "adam": plan.optimizer}
