@@ -67,7 +67,8 @@ PEER_DEATH_GRACE_S = 10.0
 
 
 def wait_all(group: str, method: str, refs: list[ray.ObjectRef], timeout_s: float | None = None) -> list[Any]:
-    """Per-rank results in rank order; raises on the first failure as it happens, not after the slowest rank."""
+    """Per-rank results in rank order; raises on the first failure, not after the slowest rank (a failure other
+    than a death first waits up to PEER_DEATH_GRACE_S for a peer's death, its likely cause)."""
     rank_of = {ref: rank for rank, ref in enumerate(refs)}
     results: dict[int, Any] = {}
     pending = list(refs)
@@ -176,8 +177,8 @@ class WorkerGroup:
         return call
 
     def _call(self, method: str, dispatch: Dispatch, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Run `method` on every rank and collect; the first rank to fail raises WorkerError at once (its peers may
-        be stuck)."""
+        """Run `method` on every rank and collect; the first rank to fail raises WorkerError without waiting for
+        its peers, which may be stuck (see `wait_all`)."""
         self._actors.check_alive(self.name, method)
         split = split_call(dispatch, self.world_size, args, kwargs)
         if dispatch is Dispatch.ONE_TO_ALL:
