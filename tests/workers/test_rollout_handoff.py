@@ -113,6 +113,17 @@ def test_finished_rows_stream_out_keyed_by_their_row_in_the_controllers_batch(mo
         assert row["reward_model"] == {"ground_truth": str(local // 2 + 1)}
 
 
+def test_a_tensor_parallel_rank_keeps_its_own_rows_of_the_groups_call(monkeypatch):
+    """With tensor parallelism the engine samples the whole group's prompts; the second rank of a group of two owns
+    rows 4-7 of that call (2 prompts x n=2 each), and its Batch holds exactly those, in order."""
+    monkeypatch.setenv("RANK", "1")
+    w = worker([], stale=False)
+    monkeypatch.setattr(w, "_tensor_parallel_share", lambda mine: ([[9], [9, 9]] + mine, slice(2, 4)))
+    out = w.generate_sequences(PROMPTS)
+    assert list(out["response_text"]) == [f"7 {8 + i}" for i in range(4, 8)]
+    assert out["response_length"].tolist() == [2, 2, 2, 2]
+
+
 def test_unchanged_weights_are_not_pushed_again():
     calls: list[str] = []
     w = worker(calls, stale=True)

@@ -22,6 +22,7 @@ import os
 import random
 from collections.abc import Iterator
 from contextlib import contextmanager
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -176,7 +177,7 @@ class ActorRolloutRefWorker(Worker):
         where = f"step {self.step}" if training else f"validation after step {self.step}"
         rows = range(mine.start * n, mine.stop * n)  # this rank's rows of its tensor-parallel group's call
         readable = all(column in prompts for column in (ABILITY, REWARD_MODEL))
-        finished: list[FinishedRow | None] = [None] * len(rows)
+        finished: list[FinishedRow] = []  # this rank's rows, indexed from 0
         text: list[str] = [""] * len(rows)
         ready: list[dict[str, Any]] = []
         group = max(1, -(-len(rows) // FINISHED_GROUPS))
@@ -188,7 +189,8 @@ class ActorRolloutRefWorker(Worker):
                 )
                 for row, words in zip(mine_now, decoded, strict=True):
                     local = row.index - rows.start
-                    finished[local], text[local] = row, words
+                    finished.append(replace(row, index=local))
+                    text[local] = words
                     if readable:
                         prompt = local // n
                         ready.append(
@@ -204,7 +206,7 @@ class ActorRolloutRefWorker(Worker):
                     ready = []
         if ready:
             yield ready
-        out = gather([[row for row in finished if row is not None]], len(rows))
+        out = gather([finished], len(rows))
         repeated = prompts.drop([PROMPT_IDS]).repeat(n, interleave=True)
         tensors = pack_sequences(
             [p for p in prompt_ids for _ in range(n)],
