@@ -160,26 +160,7 @@ class ProcessPool:
         with self._lock:
             self._ensure_workers()
             if wait:
-                self._await_ready()
-
-    def _await_ready(self) -> None:
-        failed_starts = 0
-        while not all(w.ready for w in self._slots):
-            waiting = [w for w in self._slots if not w.ready]
-            deadline = min(w.started for w in waiting) + STARTUP_TIMEOUT
-            ready = wait([w.conn for w in waiting], timeout=max(0.0, deadline - time.monotonic()))
-            if not ready:
-                raise RuntimeError(f"a pool worker did not start within {STARTUP_TIMEOUT:.0f} s")
-            for slot, worker in enumerate(list(self._slots)):
-                if worker.conn not in ready:
-                    continue
-                try:
-                    worker.ready = worker.conn.recv() == _READY  # a new worker's first message
-                except (EOFError, OSError):
-                    failed_starts += 1
-                    if failed_starts > 3 * self.workers:
-                        raise RuntimeError("pool workers keep dying before they are ready") from None
-                    self._replace(slot)
+                self._run(None, [], 0.0, until_ready=True)
 
     def _ensure_workers(self) -> None:
         if (
@@ -200,12 +181,22 @@ class ProcessPool:
             return self._run(fn, args_list, timeout)
 
     def _run(
-        self, fn: Callable[..., Any], args_list: Sequence[tuple[Any, ...]], timeout: float
+        self,
+        fn: Callable[..., Any] | None,
+        args_list: Sequence[tuple[Any, ...]],
+        timeout: float,
+        *,
+        until_ready: bool = False,
     ) -> list[Outcome]:
+        """Run the tasks to their outcomes; `until_ready`: also until every worker has started and warmed up."""
         results: list[Outcome | None] = [None] * len(args_list)
         queue = deque(range(len(args_list)))
         failed_starts = 0
-        while queue or any(w.task is not None for w in self._slots):
+        while (
+            queue
+            or any(w.task is not None for w in self._slots)
+            or (until_ready and not all(w.ready for w in self._slots))
+        ):
             self._dispatch(fn, args_list, queue, timeout)
             waiting = [w for w in self._slots if w.task is not None or not w.ready]
             now = time.monotonic()
@@ -242,7 +233,11 @@ class ProcessPool:
         return [r if r is not None else Outcome(ERROR, error="task lost") for r in results]
 
     def _dispatch(
-        self, fn: Callable[..., Any], args_list: Sequence[tuple[Any, ...]], queue: deque[int], timeout: float
+        self,
+        fn: Callable[..., Any] | None,
+        args_list: Sequence[tuple[Any, ...]],
+        queue: deque[int],
+        timeout: float,
     ) -> None:
         """Hand queued tasks to idle, ready workers; a worker that died idle is replaced and its task requeued."""
         for slot, worker in enumerate(self._slots):

@@ -92,7 +92,8 @@ class RewardManager:
             for ability, text, reward_model in zip(*(batch[c] for c in REWARD_COLUMNS), strict=True)
         ]
         session = session or self.session()
-        unseen = [i for i in range(len(rows)) if i not in session.submitted]
+        seen = session.submitted
+        unseen = [i for i in range(len(rows)) if i not in seen]
         session.submit(unseen, [rows[i] for i in unseen])
         scored = session.finish()
         results = [scored.results[i] for i in range(len(rows))]
