@@ -34,9 +34,8 @@ _FRACTION = re.compile(
     r"^(?P<sign>[+-]?)(?:\\[dt]?frac(?:\{(?P<a>[+-]?\d+)\}|(?P<a1>\d))(?:\{(?P<b>[+-]?\d+)\}|(?P<b1>\d))"
     r"|(?P<c>\d+)/(?P<d>\d+))$"
 )
-EXACT_RTOL = Fraction(
-    1, 10**12
-)  # exact answers must agree to 12 significant digits (the numeric veto's tolerance)
+# exact answers must agree to 12 significant digits (the numeric veto's tolerance)
+EXACT_RTOL = Fraction(1, 10**12)
 _PERCENT = re.compile(r"\\?%$")
 _SQRT_PARENS = re.compile(r"\\sqrt\s*\(([^()]*)\)")
 _MATHRM_LETTER = re.compile(r"\\(?:mathrm|text|rm)\s*\{\s*([A-Za-z])\s*\}")

@@ -1,8 +1,9 @@
 """A warm pool of sandbox slots that runs many problems' tests concurrently and returns results in order.
 
 For the code reward and `or1 sandbox check`. Each slot is one sandbox (a bubblewrap'd runner or a container) that
-runs one test, or one program's tests, at a time; `map` hands each job a free slot. Pools are cached per (backend, slots) so training
-steps reuse warm slots, and every pool is closed at interpreter exit: no process, container or file stays behind.
+runs one test, or one program's tests, at a time; `map` hands each job a free slot. Pools are cached per (backend,
+slots) so training steps reuse warm slots, and every pool is closed at interpreter exit: no process, container or
+file stays behind.
 """
 
 from __future__ import annotations
