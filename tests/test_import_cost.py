@@ -28,11 +28,6 @@ def test_starting_ray_imports_ray_without_torch():
     assert not loaded & set(HEAVY), loaded & set(HEAVY)
 
 
-def test_the_package_names_still_load_on_use():
-    loaded = imported_after("from or1.hybrid import Batch, WorkerGroup")
-    assert "torch" in loaded and "ray" in loaded
-
-
 def test_the_controller_leaves_the_model_classes_to_the_ranks():
     loaded = imported_after("import or1.trainer.run", top_level=False)
     assert "torch" in loaded and "ray" in loaded

@@ -213,19 +213,22 @@ def train(
 
     Ctrl-C (or SIGTERM) stops after the current step with a checkpoint; rerun the same command to resume.
     """
-    from or1.trainer.launch import launch_train
+    from or1.trainer.launch import launch
+    from or1.trainer.request import TrainRequest
 
-    launch_train(
-        recipe,
-        stage,
-        run_dir,
-        overrides or [],
-        resume,
-        ray_address,
-        overwrite=overwrite,
-        allow_config_change=allow_config_change,
-        gpu_memory=gpu_memory,
-        plan_check=plan_check,
+    launch(
+        TrainRequest(
+            recipe,
+            stage,
+            run_dir,
+            tuple(overrides or ()),
+            resume,
+            ray_address,
+            overwrite=overwrite,
+            allow_config_change=allow_config_change,
+            gpu_memory=gpu_memory,
+            plan_check=plan_check,
+        )
     )
 
 

@@ -5,7 +5,9 @@ runs/<recipe>/                      run_directory (or --run-dir)
   stage<N>/                         stage_directory
     config.yaml                     the stage's resolved config
     metrics.jsonl  tensorboard/  samples/
-    checkpoints/step_<k>/  latest   (trainer/checkpoint.py)
+    checkpoints/step_<k>/  latest   (trainer/checkpoint.py writes them)
+      model/  critic/  rng_rank<r>.pt   the workers' parts: HF folders + optimizer.pt, each rank's RNG
+      controller.pt                 the controller's parts, written last: the checkpoint is complete with it
     prompt_stats.parquet            per-prompt solve counts: the next stage's online filter
     final/  final_critic/           the stage's exported models (final_critic under GAE)
     summary.json
@@ -26,6 +28,11 @@ METRICS_FILE = "metrics.jsonl"
 TENSORBOARD_DIR = "tensorboard"
 SAMPLES_DIR = "samples"
 CHECKPOINTS_DIR = "checkpoints"
+CHECKPOINT_STEP = re.compile(r"^step_(\d+)$")  # a complete checkpoint's folder; step_<k>.tmp while written
+CHECKPOINT_MODEL_DIR = "model"  # the actor's HF folder (+ optimizer.pt)
+CHECKPOINT_CRITIC_DIR = "critic"  # the critic's (GAE only)
+CONTROLLER_FILE = "controller.pt"
+LATEST_FILE = "latest"
 PROMPT_STATS_FILE = "prompt_stats.parquet"
 FINAL_DIR = "final"
 FINAL_CRITIC_DIR = "final_critic"
@@ -42,3 +49,13 @@ def run_directory(recipe: str, run_dir: Path | str | None) -> Path:
 
 def stage_directory(run_dir: Path, index: int) -> Path:
     return run_dir / f"stage{index}"
+
+
+def checkpoint_directory(stage_dir: Path, step: int) -> Path:
+    """A stage's checkpoint of step `step` (CHECKPOINT_STEP)."""
+    return stage_dir / CHECKPOINTS_DIR / f"step_{step}"
+
+
+def rank_rng_file(rank: int) -> str:
+    """A rank's RNG state inside a checkpoint folder."""
+    return f"rng_rank{rank}.pt"

@@ -14,17 +14,12 @@ import torch
 import torch.distributed as dist
 
 from or1.errors import UserError
-from or1.hybrid import (
-    Batch,
-    Dispatch,
-    ResourcePool,
-    Worker,
-    WorkerError,
-    WorkerGroup,
-    colocate,
-    register,
-)
+from or1.hybrid.batch import Batch
 from or1.hybrid.cluster import SOURCE_ROOT, ray_session
+from or1.hybrid.dispatch import Dispatch, register
+from or1.hybrid.resource_pool import ResourcePool
+from or1.hybrid.worker import Worker
+from or1.hybrid.worker_group import WorkerError, WorkerGroup, colocate
 
 # Workers cannot import this test module: ship its worker classes by value.
 ray.cloudpickle.register_pickle_by_value(sys.modules[__name__])

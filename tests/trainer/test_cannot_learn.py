@@ -8,7 +8,6 @@ import os
 import subprocess
 import sys
 from pathlib import Path
-from types import SimpleNamespace
 
 import pyarrow as pa
 import pyarrow.parquet as pq
@@ -16,38 +15,37 @@ import pytest
 from run_files import tiny_run
 
 from or1.errors import UserError
-from or1.trainer.loop import _count_skipped
+from or1.trainer.skipped import SkippedSteps
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 ENV = {**os.environ, "COLUMNS": "1000"}
 
 
 def test_the_limit_counts_skipped_steps_in_a_row_and_names_the_reasons() -> None:
-    t = SimpleNamespace(
-        cfg=SimpleNamespace(trainer=SimpleNamespace(max_skipped_steps=3)),
-        skipped_in_a_row=0,
-        skipped_reasons={},
-    )
-    t.step = 1
-    _count_skipped(t, {"reward/reason_wrong_answer": 0.75, "reward/reason_no_answer": 0.25})
-    t.step = 2
-    _count_skipped(t, {"reward/reason_wrong_answer": 1.0})
-    t.step = 3
+    skipped = SkippedSteps(limit=3)
+    skipped.count(1, {"reward/reason_wrong_answer": 0.75, "reward/reason_no_answer": 0.25})
+    skipped.count(2, {"reward/reason_wrong_answer": 1.0})
     with pytest.raises(UserError) as err:
-        _count_skipped(t, {"reward/reason_wrong_answer": 0.5, "reward/reason_no_answer": 0.5})
+        skipped.count(3, {"reward/reason_wrong_answer": 0.5, "reward/reason_no_answer": 0.5})
     # over the three steps: (0.75 + 1 + 0.5) / 3 = 75% wrong_answer, (0.25 + 0.5) / 3 = 25% no_answer
     assert "3 steps in a row were skipped" in str(err.value)
+    assert "up to step 3" in str(err.value)
     assert "verifier reasons: 75% wrong_answer, 25% no_answer" in str(err.value)
     assert "trainer.max_skipped_steps" in str(err.value)
-    never = SimpleNamespace(
-        cfg=SimpleNamespace(trainer=SimpleNamespace(max_skipped_steps=0)),
-        skipped_in_a_row=0,
-        skipped_reasons={},
-    )
-    never.step = 1
-    for _ in range(50):
-        _count_skipped(never, {"reward/reason_wrong_answer": 1.0})
-    assert never.skipped_in_a_row == 50
+    never = SkippedSteps(limit=0)
+    for step in range(50):
+        never.count(step + 1, {"reward/reason_wrong_answer": 1.0})
+    assert never.in_a_row == 50
+
+
+def test_the_skipped_count_goes_into_checkpoints_and_restarts_after_a_trained_step() -> None:
+    skipped = SkippedSteps(limit=3)
+    skipped.count(1, {"reward/reason_no_answer": 1.0})
+    resumed = SkippedSteps(limit=3)
+    resumed.load_state_dict(skipped.state_dict())
+    assert (resumed.in_a_row, resumed.reasons) == (1, {"reward/reason_no_answer": 1.0})
+    resumed.reset()
+    assert (resumed.in_a_row, resumed.reasons) == (0, {})
 
 
 def test_unmatchable_ground_truths_stop_the_stage_with_the_reasons(

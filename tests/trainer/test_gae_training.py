@@ -12,7 +12,8 @@ from run_files import tiny_run
 from safetensors.torch import load_file
 
 from or1.layout import FINAL_CRITIC_DIR, SUMMARY_FILE
-from or1.trainer.run import run_train
+from or1.trainer.launch import launch
+from or1.trainer.request import TrainRequest
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 
@@ -30,7 +31,7 @@ def train(run_dir: Path, model: Path, data: Path, stage: str, steps: int, resume
         "trainer.save_every=1",
     )
     quiet = Console(file=open("/dev/null", "w"))
-    return run_train(RECIPE, stage, run_dir, overrides, resume, None, quiet)
+    return launch(TrainRequest(RECIPE, stage, run_dir, tuple(overrides), resume), quiet)
 
 
 def records(stage_dir: Path) -> list[dict]:

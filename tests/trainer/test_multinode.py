@@ -18,9 +18,11 @@ import torch
 from run_files import assert_same_weights, metrics, tiny_run, two_node_cluster, wait_for_checkpoint, weights
 
 from or1.errors import UserError
-from or1.hybrid import ResourcePool, WorkerGroup, ray_session
+from or1.hybrid.cluster import ray_session
 from or1.hybrid.dispatch import Dispatch, register
+from or1.hybrid.resource_pool import ResourcePool
 from or1.hybrid.worker import Worker
+from or1.hybrid.worker_group import WorkerGroup
 from or1.trainer.checkpoint import check_visible
 
 pytestmark = pytest.mark.multinode

@@ -39,8 +39,9 @@ def command(run_dir: Path, model_dir: Path, data_dir: Path, resume: str, stage: 
         "data.validation.max_problems=8",
     )
     code = (
-        "import sys; from pathlib import Path; from or1.trainer.run import run_train; "
-        "run_train(sys.argv[1], sys.argv[2], Path(sys.argv[3]), sys.argv[5:], sys.argv[4], None)"
+        "import sys; from pathlib import Path; from or1.trainer.launch import launch; "
+        "from or1.trainer.request import TrainRequest; "
+        "launch(TrainRequest(sys.argv[1], sys.argv[2], Path(sys.argv[3]), tuple(sys.argv[5:]), sys.argv[4]))"
     )
     return [sys.executable, "-c", code, RECIPE, stage, str(run_dir), resume, *overrides]
 

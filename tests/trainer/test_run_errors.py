@@ -8,7 +8,15 @@ import pytest
 import torch
 
 from or1.errors import UserError
-from or1.trainer.run import run_train
+from or1.trainer.launch import launch
+from or1.trainer.request import TrainRequest
+
+
+def run_train(
+    recipe: str, stage: str, run_dir: Path, overrides: list[str] | None = None, resume: str = "auto"
+) -> Path:
+    return launch(TrainRequest(recipe, stage, run_dir, tuple(overrides or ()), resume))
+
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 

@@ -19,8 +19,8 @@ from run_files import metrics, tiny_run, two_node_cluster
 from or1.config.schema import RewardConfig
 from or1.data.synthetic import code_validation_rows, math_validation_rows
 from or1.errors import UserError
-from or1.hybrid import ray_session
 from or1.hybrid.batch import Batch
+from or1.hybrid.cluster import ray_session
 from or1.sandbox.pool import unavailable
 from or1.trainer.phases import scoring_metrics
 from or1.trainer.rewards import RewardManager

@@ -11,7 +11,7 @@ from rich.console import Console
 from run_files import metrics, tiny_run, weights
 
 from or1.layout import FINAL_CRITIC_DIR
-from or1.trainer.run import run_train
+from or1.trainer.request import TrainRequest
 
 # Adam's first step moves each weight by ~lr * sign(grad): float rounding may flip the sign of a near-zero gradient
 LR = 1e-4
@@ -31,7 +31,9 @@ def train(run_dir: Path, model: Path, data: Path, sp: int) -> Path:
         f"actor.sequence_parallel_size={sp}",
         f"critic.sequence_parallel_size={sp}",
     )
-    return run_train(RECIPE, "1", run_dir, overrides, "never", None, Console(file=open("/dev/null", "w")))
+    return train(
+        TrainRequest(RECIPE, "1", run_dir, tuple(overrides), "never"), Console(file=open("/dev/null", "w"))
+    )
 
 
 @pytest.mark.slow

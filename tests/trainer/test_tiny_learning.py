@@ -21,7 +21,8 @@ import pytest
 from or1.data.synthetic import write_tiny_dataset
 from or1.models.init import init_tiny_model
 from or1.models.solve_rate import validation_solve_rate
-from or1.trainer.run import run_train
+from or1.trainer.launch import launch
+from or1.trainer.request import TrainRequest
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 BASE_SFT_STEPS = 600  # the `or1 init-model` default
@@ -42,7 +43,7 @@ def test_tiny_stage1_teaches_math_and_code(tmp_path: Path) -> None:
         f"data.train_files=[{data.train}, {data.code_train}]",
         f"data.validation.sets=[{data.validation}, {{set: {data.code_validation}, n: 4}}]",
     ]
-    final = run_train(RECIPE, "1", tmp_path / "run", overrides, "never", None)
+    final = launch(TrainRequest(RECIPE, "1", tmp_path / "run", tuple(overrides), "never"))
     after = {a: validation_solve_rate(final, ability=a).overall for a in abilities}
     for ability, margin in zip(abilities, (MATH_MARGIN, CODE_MARGIN), strict=True):
         gain = after[ability] - before[ability]

@@ -10,8 +10,10 @@ import torch
 
 from or1.config.loading import resolve
 from or1.errors import UserError
-from or1.hybrid import ResourcePool, colocate, ray_session
+from or1.hybrid.cluster import ray_session
 from or1.hybrid.columns import REWARD_COLUMNS
+from or1.hybrid.resource_pool import ResourcePool
+from or1.hybrid.worker_group import colocate
 from or1.tokens import load_tokenizer
 from or1.trainer.prompt_loader import PromptLoader
 from or1.trainer.rewards import RewardManager

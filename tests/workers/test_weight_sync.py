@@ -11,9 +11,11 @@ from ray import cloudpickle
 
 from or1.config.loading import resolve
 from or1.errors import UserError
-from or1.hybrid import ResourcePool, colocate, ray_session
 from or1.hybrid.batch import Batch
+from or1.hybrid.cluster import ray_session
 from or1.hybrid.columns import OLD_LOG_PROBS, SEQUENCE_COLUMNS, UPDATE_COLUMNS
+from or1.hybrid.resource_pool import ResourcePool
+from or1.hybrid.worker_group import colocate
 from or1.tokens import load_tokenizer
 from or1.trainer.prompt_loader import PromptLoader
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker

@@ -2,7 +2,7 @@
 
 The controller holds no weights: it moves Batches between the actor/rollout worker group, the critic (GAE only) and
 the reward manager, and keeps the small state of the algorithm (step, data position, entropy controller,
-prompt statistics), which goes into every checkpoint with the workers' model, optimizer and RNG states.
+prompt statistics, skipped steps), which its CheckpointManager saves with the workers' parts (`checkpoint`).
 """
 
 from __future__ import annotations
@@ -15,7 +15,6 @@ from or1.algos.entropy_control import AdaptiveEntropyController
 from or1.algos.filters import RefillBuffer
 from or1.algos.online_filter import PromptStats
 from or1.config.schema import RunConfig
-from or1.errors import UserError
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import (
     CRITIC_COLUMNS,
@@ -34,7 +33,7 @@ from or1.hybrid.columns import (
 )
 from or1.hybrid.worker_group import WorkerGroup
 from or1.stop import StopFlag
-from or1.trainer import checkpoint as ckpt
+from or1.trainer.checkpoint import CheckpointManager
 from or1.trainer.metrics import MetricsLogger, PhaseTimer, write_step_samples
 from or1.trainer.phases import (
     add_advantages,
@@ -52,8 +51,8 @@ from or1.trainer.phases import (
 )
 from or1.trainer.prompt_loader import PromptLoader
 from or1.trainer.rewards import RewardManager
+from or1.trainer.skipped import SkippedSteps
 from or1.trainer.validation import ValidationSet, is_due, validate
-from or1.workers.actor_rollout_ref import MODEL_DIR
 
 
 @dataclass
@@ -65,21 +64,21 @@ class Trainer:
     rewards: RewardManager  # the verifiers' front-end, in this process
     loader: PromptLoader
     entropy: AdaptiveEntropyController
-    checkpoints: ckpt.CheckpointManager
+    checkpoints: (
+        CheckpointManager  # saves and loads the workers and the parts above (build_trainer names them)
+    )
     logger: MetricsLogger
+    skipped: SkippedSteps
     prompt_stats: PromptStats = field(default_factory=PromptStats)
     validation: list[ValidationSet] = field(default_factory=list)  # data.validation.sets, encoded
     critic: WorkerGroup | None = None  # CriticWorker colocated with the actor; only for the gae advantage
     step: int = 0  # steps of this stage completed
-    skipped_in_a_row: int = 0  # consecutive steps without a group with reward variance
-    # the verifier reasons of those steps: reward/reason_<r> -> the sum of each step's fraction
-    skipped_reasons: dict[str, float] = field(default_factory=dict)
     stop: StopFlag | None = None  # set by Ctrl-C / SIGTERM: stop between steps, after a checkpoint
 
 
 def train(t: Trainer) -> None:
     """Run the stage from t.step to trainer.steps, checkpointing every save_every steps and at the end."""
-    cfg, algo = t.cfg, t.cfg.algorithm
+    cfg = t.cfg
     if t.stop is not None and t.stop.requested:
         stop_between_steps(t)
     t.logger.start_progress(t.step)
@@ -90,78 +89,62 @@ def train(t: Trainer) -> None:
             stop_between_steps(t)
         step, timer = t.step + 1, PhaseTimer()
         batch = sampled = sample_round(t, step, 0, timer)
-        if algo.refill:
+        if cfg.algorithm.refill:
             batch = refill(t, step, batch, timer)
-        batch, rejection = rejection_sample(batch, algo, multiple=t.actor.world_size)
+        batch, rejection = rejection_sample(batch, cfg.algorithm, multiple=t.actor.world_size)
         if rejection.skip:
             reasons = reason_counts(sampled)
             metrics = {"skipped": 1.0, **rollout_metrics(sampled, rejection), **reasons, **timer.metrics()}
             _finish_step(t, step, metrics, sampled)
-            _count_skipped(t, reasons)
+            t.skipped.count(step, reasons)
             continue
-        t.skipped_in_a_row, t.skipped_reasons = 0, {}
-        if cfg.trainer.balance_batch:
-            batch = balance_ranks(batch, t.actor.world_size)
-        fused = fuses_old_log_prob(cfg, t.entropy)  # on-policy: the update's forward gives the old log-probs
-        if not fused:
-            with timer("old_log_prob"):
-                batch = batch.union(t.actor.compute_log_prob(batch.only(SEQUENCE_COLUMNS)))
-        if algo.kl.enabled:
-            with timer("ref_log_prob"):
-                batch = batch.union(t.actor.compute_ref_log_prob(batch.only(SEQUENCE_COLUMNS)))
-        if t.critic is not None:
-            with timer("values"):
-                batch = batch.union(t.critic.compute_values(batch.only(SEQUENCE_COLUMNS)))
-        batch = add_advantages(batch, algo)
-        batch, correction = rollout_correction(batch, algo)  # sampler unlike trainer: IS weights, rejection
-        if fused:
-            alpha = t.entropy.alpha_before(rollout_entropy(batch))
-        else:
-            alpha = t.entropy.step(sampled_entropy(batch))
-        columns = _update_columns(cfg, fused, batch)
-        with timer("update"):
-            update = t.actor.update_actor(batch.only(columns), entropy_coef=alpha)[0]
-            if fused:  # the old log-probs the update's own forward took (the mismatch metrics read them)
-                batch = batch.union(t.actor.fused_old_log_probs(batch.only([RESPONSE_MASK])))
-        if fused:  # e_k of the weights before the step, from the update's own forward
-            t.entropy.step(update["sampled_entropy"], alpha=alpha)
-        critic = {}
-        if t.critic is not None:
-            with timer("critic_update"):
-                critic = t.critic.update_critic(batch.only(CRITIC_COLUMNS))[0]
+        t.skipped.reset()
+        batch, update, more = train_step(t, batch, timer)
         metrics = step_metrics(sampled, rejection, batch, update, t.entropy.metrics(), timer.metrics())
-        metrics.update({**sampler_mismatch(batch, algo), **correction})
-        _finish_step(t, step, {**metrics, **{f"critic/{k}": v for k, v in critic.items()}}, sampled)
+        _finish_step(t, step, {**metrics, **more}, sampled)
+
+
+def train_step(
+    t: Trainer, batch: Batch, timer: PhaseTimer
+) -> tuple[Batch, dict[str, float], dict[str, float]]:
+    """Log-probs, advantages, the actor's (and critic's) update on the kept groups: the batch with every column
+    the step added, the actor update's metrics, and the sampler-mismatch, correction and critic/ metrics."""
+    cfg, algo = t.cfg, t.cfg.algorithm
+    if cfg.trainer.balance_batch:
+        batch = balance_ranks(batch, t.actor.world_size)
+    old = OldLogProbs.choose(t)
+    batch = old.before_update(t, batch, timer)
+    if algo.kl.enabled:
+        with timer("ref_log_prob"):
+            batch = batch.union(t.actor.compute_ref_log_prob(batch.only(SEQUENCE_COLUMNS)))
+    if t.critic is not None:
+        with timer("values"):
+            batch = batch.union(t.critic.compute_values(batch.only(SEQUENCE_COLUMNS)))
+    batch = add_advantages(batch, algo)
+    batch, correction = rollout_correction(batch, algo)  # sampler unlike trainer: IS weights, rejection
+    alpha = old.entropy_coef(t, batch)
+    with timer("update"):
+        update = t.actor.update_actor(batch.only(old.update_columns(cfg, batch)), entropy_coef=alpha)[0]
+        batch = old.after_update(t, batch, update, alpha)
+    critic = {}
+    if t.critic is not None:
+        with timer("critic_update"):
+            critic = t.critic.update_critic(batch.only(CRITIC_COLUMNS))[0]
+    return (
+        batch,
+        update,
+        {**sampler_mismatch(batch, algo), **correction, **{f"critic/{k}": v for k, v in critic.items()}},
+    )
 
 
 def stop_between_steps(t: Trainer) -> None:
     """Ctrl-C / SIGTERM arrived: checkpoint the last finished step unless it already is, then raise Interrupted."""
     assert t.stop is not None
     latest = t.checkpoints.latest()
-    if t.step > 0 and (latest is None or latest.name != f"step_{t.step}"):
+    if t.step > 0 and latest != t.checkpoints.folder(t.step):
         latest = save(t)
     where = f"checkpoint {latest}" if t.step > 0 else "no step finished, nothing to keep"
     t.stop.raise_if_requested(f"stopped after step {t.step} of {t.cfg.trainer.steps} ({where})")
-
-
-def _count_skipped(t: Trainer, reasons: dict[str, float]) -> None:
-    """Stop a stage that cannot learn: trainer.max_skipped_steps skipped steps in a row is a UserError."""
-    t.skipped_in_a_row += 1
-    for key, share in reasons.items():
-        t.skipped_reasons[key] = t.skipped_reasons.get(key, 0.0) + share
-    limit = t.cfg.trainer.max_skipped_steps
-    if limit and t.skipped_in_a_row >= limit:
-        shares = sorted(t.skipped_reasons.items(), key=lambda kv: -kv[1])
-        told = ", ".join(
-            f"{share / t.skipped_in_a_row:.0%} {key.removeprefix('reward/reason_')}" for key, share in shares
-        )
-        raise UserError(
-            f"{t.skipped_in_a_row} steps in a row were skipped (no prompt group with reward variance, so "
-            f"nothing to learn) up to step {t.step}; verifier reasons: {told or 'none recorded'}. Check that "
-            "the data's ground truths match the answer format the model writes, the reward settings, and the "
-            "model (a group all correct or all wrong teaches nothing); raise trainer.max_skipped_steps (0: never "
-            "stop) to go on"
-        )
 
 
 def sample_round(t: Trainer, step: int, round_: int, timer: PhaseTimer) -> Batch:
@@ -213,48 +196,58 @@ def _finish_step(t: Trainer, step: int, metrics: dict[str, float], sampled: Batc
         save(t)
 
 
-def _update_columns(cfg: RunConfig, fused: bool, batch: Batch) -> tuple[str, ...]:
-    kl = cfg.algorithm.kl
-    columns = tuple(c for c in UPDATE_COLUMNS if not (fused and c == OLD_LOG_PROBS))
-    columns = (*columns, IS_WEIGHTS) if IS_WEIGHTS in batch else columns
-    return (*columns, REF_LOG_PROBS) if kl.enabled and not kl.in_reward else columns
+class OldLogProbs:
+    """Where a step's old log-probs come from, and what follows from that choice: a pass of their own before the
+    update, and the entropy controller stepped on the sampled responses' entropy."""
+
+    fused = False
+
+    @staticmethod
+    def choose(t: Trainer) -> OldLogProbs:
+        """On-policy steps (`fuses_old_log_prob`) take them from the update's own forward."""
+        return FusedOldLogProbs() if fuses_old_log_prob(t.cfg, t.entropy) else OldLogProbs()
+
+    def before_update(self, t: Trainer, batch: Batch, timer: PhaseTimer) -> Batch:
+        with timer("old_log_prob"):
+            return batch.union(t.actor.compute_log_prob(batch.only(SEQUENCE_COLUMNS)))
+
+    def entropy_coef(self, t: Trainer, batch: Batch) -> float:
+        return t.entropy.step(sampled_entropy(batch))
+
+    def after_update(self, t: Trainer, batch: Batch, update: dict[str, float], alpha: float) -> Batch:
+        return batch
+
+    def update_columns(self, cfg: RunConfig, batch: Batch) -> tuple[str, ...]:
+        kl = cfg.algorithm.kl
+        columns = tuple(c for c in UPDATE_COLUMNS if not (self.fused and c == OLD_LOG_PROBS))
+        columns = (*columns, IS_WEIGHTS) if IS_WEIGHTS in batch else columns
+        return (*columns, REF_LOG_PROBS) if kl.enabled and not kl.in_reward else columns
+
+
+class FusedOldLogProbs(OldLogProbs):
+    """On-policy: the update's forward gives the old log-probs (fetched back for the mismatch metrics) and the
+    entropy e_k of the weights before the step; the coefficient of this step comes from the sampler's entropy."""
+
+    fused = True
+
+    def before_update(self, t: Trainer, batch: Batch, timer: PhaseTimer) -> Batch:
+        return batch
+
+    def entropy_coef(self, t: Trainer, batch: Batch) -> float:
+        return t.entropy.alpha_before(rollout_entropy(batch))
+
+    def after_update(self, t: Trainer, batch: Batch, update: dict[str, float], alpha: float) -> Batch:
+        batch = batch.union(t.actor.fused_old_log_probs(batch.only([RESPONSE_MASK])))
+        t.entropy.step(update["sampled_entropy"], alpha=alpha)
+        return batch
 
 
 def save(t: Trainer) -> Path:
-    """Workers write model / optimizer / RNG into a .tmp folder, then the controller commits it atomically."""
-    folder = t.checkpoints.begin(t.step)
-    t.actor.save_checkpoint(str(folder))
-    if t.critic is not None:
-        t.critic.save_checkpoint(str(folder))
-    # every rank's file, also those of ranks on other machines (a run directory not on shared storage fails here)
-    rng_files = [f"rng_rank{rank}.pt" for rank in range(t.actor.world_size)]
-    ckpt.check_visible(folder, [f"{MODEL_DIR}/config.json", *rng_files])
-    return t.checkpoints.commit(folder, t.step, controller_state(t))
-
-
-def controller_state(t: Trainer) -> dict[str, Any]:
-    return {
-        "step": t.step,
-        "loader": t.loader.state_dict(),
-        "entropy": t.entropy.state_dict(),
-        "prompt_stats": t.prompt_stats.state_dict(),
-        "rng": ckpt.controller_rng_state(),
-        "skipped": {"in_a_row": t.skipped_in_a_row, "reasons": dict(t.skipped_reasons)},
-    }
+    """Every part of the stage's state at its current step, committed atomically (`CheckpointManager.save`)."""
+    return t.checkpoints.save(t.step)
 
 
 def restore(t: Trainer, folder: Path) -> None:
     """Load a checkpoint into the workers and the controller; the metrics file is cut back to its step."""
-    state = ckpt.load_controller_state(folder)
-    t.actor.load_checkpoint(str(folder))
-    if t.critic is not None:
-        t.critic.load_checkpoint(str(folder))
-    t.step = int(state["step"])
-    t.loader.load_state_dict(state["loader"])
-    t.entropy.load_state_dict(state["entropy"])
-    t.prompt_stats.load_state_dict(state["prompt_stats"])
-    ckpt.restore_controller_rng(state["rng"])
-    skipped = state.get("skipped", {})  # absent in checkpoints written before the skipped-step limit
-    t.skipped_in_a_row = int(skipped.get("in_a_row", 0))
-    t.skipped_reasons = dict(skipped.get("reasons", {}))
+    t.step = t.checkpoints.load(folder)
     t.logger.truncate_after(t.step)

@@ -1,4 +1,4 @@
-"""One stage's Ray session: start the worker groups while the controller reads the prompts, build the trainer,
+"""One stage in the running Ray: start the worker groups while the controller reads the prompts, build the trainer,
 resume or start fresh, train to the stage's end and export the final model (and critic)."""
 
 from __future__ import annotations
@@ -12,11 +12,13 @@ from pathlib import Path
 from rich.console import Console
 
 from or1.algos.entropy_control import AdaptiveEntropyController
+from or1.algos.online_filter import PromptStats
 from or1.config.schema import RunConfig
-from or1.hybrid import ResourcePool, WorkerGroup, colocate, ray_session
-from or1.hybrid.cluster import local_cpus
+from or1.hybrid.resource_pool import ResourcePool
+from or1.hybrid.worker_group import WorkerGroup, colocate
 from or1.layout import FINAL_CRITIC_DIR, FINAL_DIR, PROMPT_STATS_FILE
 from or1.preflight import uses_gpu
+from or1.rng import ProcessRNG
 from or1.stop import StopFlag
 from or1.tokens import load_tokenizer
 from or1.trainer.checkpoint import CheckpointManager
@@ -25,64 +27,67 @@ from or1.trainer.loop import Trainer, restore, train
 from or1.trainer.metrics import MetricsLogger
 from or1.trainer.prompt_loader import PromptLoader
 from or1.trainer.rewards import RewardManager
+from or1.trainer.skipped import SkippedSteps
 from or1.trainer.validation import ValidationSet, load_validation_sets
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 from or1.workers.critic import CriticWorker
 
 
+@dataclass(frozen=True)
+class StageStart:
+    """What one stage starts from: its resolved config, its folder, and the model (and critic) it loads."""
+
+    cfg: RunConfig
+    stage_dir: Path
+    model_path: str
+    critic_path: str | None  # GAE only: the critic's start folder
+
+
 def train_in_session(
-    cfg: RunConfig,
-    stage_dir: Path,
-    model_path: str,
-    critic_path: str | None,
-    resume: str,
-    ray_address: str | None,
-    console: Console,
-    stop: StopFlag | None = None,
+    start: StageStart, resume: str, console: Console, stop: StopFlag
 ) -> tuple[Trainer, dict[str, int]]:
-    """Start Ray and the workers, resume (auto) or start fresh, train the stage to its end and export it."""
-    stop = stop or StopFlag()
-    with ray_session(ray_address, num_cpus=local_cpus(cfg.world_size)):  # joins the CLI's Ray when it runs
-        stop.install()  # ray.init replaced the SIGTERM handler with one that exits mid-call
-        rewards = RewardManager(cfg.reward)
-        try:
-            with ThreadPoolExecutor(1) as starter:
-                # The ranks import their libraries and load the model (seconds) while this process reads the prompts.
-                starting = starter.submit(start_actor_groups, cfg, model_path, critic_path)
-                try:
-                    keep, dropped = filtered_prompts(cfg, stage_dir, console)
-                    data = load_stage_data(cfg, model_path, keep, console)
-                except BaseException:
-                    with suppress(Exception):  # the data's error is the one to report
-                        starting.result()[0].shutdown()
-                    raise
-                actor, critic = starting.result()
+    """Start the workers, resume (auto) or start fresh, train the stage to its end and export it. Ray is running
+    (`or1.trainer.launch`), and `stop` watches the signals."""
+    cfg, stage_dir = start.cfg, start.stage_dir
+    rewards = RewardManager(cfg.reward)
+    try:
+        with ThreadPoolExecutor(1) as starter:
+            # The ranks import their libraries and load the model (seconds) while this process reads the prompts.
+            starting = starter.submit(start_actor_groups, cfg, start.model_path, start.critic_path)
             try:
-                trainer = build_trainer(cfg, stage_dir, data, actor, critic, rewards, console)
-                trainer.stop = stop
-                trainer.checkpoints.sweep_partial()
-                latest = trainer.checkpoints.latest() if resume == "auto" else None
-                if latest is not None:
-                    console.print(f"resuming stage {cfg.stage.index} from {latest}", markup=False)
-                    restore(trainer, latest)
-                else:
-                    trainer.logger.truncate_after(-1)  # steps an earlier attempt logged before any checkpoint
-                try:
-                    train(trainer)
-                finally:
-                    trainer.logger.close()
-                stop.raise_if_requested(
-                    f"stopped after the last step ({trainer.step}), before exporting the final model; "
-                    f"checkpoint {trainer.checkpoints.latest()}"
-                )
-                trainer.prompt_stats.save(stage_dir / PROMPT_STATS_FILE)
-                actor.export_model(str(stage_dir / FINAL_DIR))
-                if critic is not None:
-                    critic.export_model(str(stage_dir / FINAL_CRITIC_DIR))
+                keep, dropped = filtered_prompts(cfg, stage_dir, console)
+                data = load_stage_data(cfg, start.model_path, keep, console)
+            except BaseException:
+                with suppress(Exception):  # the data's error is the one to report
+                    starting.result()[0].shutdown()
+                raise
+            actor, critic = starting.result()
+        try:
+            trainer = build_trainer(cfg, stage_dir, data, actor, critic, rewards, console)
+            trainer.stop = stop
+            trainer.checkpoints.sweep_partial()
+            latest = trainer.checkpoints.latest() if resume == "auto" else None
+            if latest is not None:
+                console.print(f"resuming stage {cfg.stage.index} from {latest}", markup=False)
+                restore(trainer, latest)
+            else:
+                trainer.logger.truncate_after(-1)  # steps an earlier attempt logged before any checkpoint
+            try:
+                train(trainer)
             finally:
-                actor.shutdown()  # colocated roles (the critic) go with it
+                trainer.logger.close()
+            stop.raise_if_requested(
+                f"stopped after the last step ({trainer.step}), before exporting the final model; "
+                f"checkpoint {trainer.checkpoints.latest()}"
+            )
+            trainer.prompt_stats.save(stage_dir / PROMPT_STATS_FILE)
+            actor.export_model(str(stage_dir / FINAL_DIR))
+            if critic is not None:
+                critic.export_model(str(stage_dir / FINAL_CRITIC_DIR))
         finally:
-            rewards.close()  # cluster placement: its scorer actors
+            actor.shutdown()  # colocated roles (the critic) go with it
+    finally:
+        rewards.close()  # cluster placement: its scorer actors
     return trainer, dropped
 
 
@@ -148,15 +153,27 @@ def build_trainer(
     rewards: RewardManager,
     console: Console,
 ) -> Trainer:
-    """The stage's trainer over `data` with the started worker groups."""
+    """The stage's trainer over `data` with the started worker groups; its checkpoints hold the worker groups and
+    the controller's stateful parts under the names below (controller.pt's keys)."""
+    entropy = AdaptiveEntropyController.from_config(cfg.algorithm.entropy)
+    prompt_stats = PromptStats()
+    skipped = SkippedSteps(cfg.trainer.max_skipped_steps)
+    parts = {
+        "loader": data.loader,
+        "entropy": entropy,
+        "prompt_stats": prompt_stats,
+        "rng": ProcessRNG(),
+        "skipped": skipped,
+    }
+    workers = [actor] if critic is None else [actor, critic]
     return Trainer(
         cfg=cfg,
         actor=actor,
         critic=critic,
         rewards=rewards,
         loader=data.loader,
-        entropy=AdaptiveEntropyController.from_config(cfg.algorithm.entropy),
-        checkpoints=CheckpointManager(stage_dir, cfg.trainer.keep_checkpoints),
+        entropy=entropy,
+        checkpoints=CheckpointManager(stage_dir, cfg.trainer.keep_checkpoints, workers, parts),
         logger=MetricsLogger(
             stage_dir,
             list(cfg.trainer.loggers),
@@ -165,5 +182,7 @@ def build_trainer(
             wandb_project=cfg.trainer.wandb_project,
             wandb_run_name=cfg.trainer.wandb_run_name or f"{cfg.recipe}-stage{cfg.stage.index}",
         ),
+        skipped=skipped,
+        prompt_stats=prompt_stats,
         validation=data.validation,
     )

@@ -19,14 +19,12 @@ non-tensor `uid` (one per prompt: the GRPO group), `response_text`, and every no
 from __future__ import annotations
 
 import os
-import random
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 import torch.distributed as dist
 
@@ -57,10 +55,11 @@ from or1.hybrid.columns import (
 )
 from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.worker import Worker
+from or1.layout import CHECKPOINT_MODEL_DIR, rank_rng_file
+from or1.rng import ProcessRNG
 from or1.tokens import load_tokenizer
 from or1.workers import weight_sync
 
-MODEL_DIR = "model"  # inside a checkpoint folder: the HF model (+ optimizer.pt)
 FINISHED_GROUPS = 8  # finished rows go to the controller in about this many groups per call
 
 
@@ -319,20 +318,20 @@ class ActorRolloutRefWorker(Worker):
     def save_checkpoint(self, path: str) -> None:
         """Rank 0 writes the HF model folder + optimizer under path/model; every rank writes its RNG state."""
         folder = Path(path)
-        self.actor.save(folder / MODEL_DIR)
+        self.actor.save(folder / CHECKPOINT_MODEL_DIR)
         if self.rank == 0:
-            self.tokenizer.save_pretrained(folder / MODEL_DIR, save_jinja_files=False)
-        torch.save(rng_state(), folder / f"rng_rank{self.rank}.pt")
+            self.tokenizer.save_pretrained(folder / CHECKPOINT_MODEL_DIR, save_jinja_files=False)
+        torch.save(ProcessRNG().state_dict(), folder / rank_rng_file(self.rank))
 
     @register(Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:
         """Restore what save_checkpoint wrote (model, optimizer, this rank's RNG when the world size matches)."""
         folder = Path(path)
-        self.actor.load(folder / MODEL_DIR)
+        self.actor.load(folder / CHECKPOINT_MODEL_DIR)
         self.weights_version += 1
-        rng_file = folder / f"rng_rank{self.rank}.pt"
+        rng_file = folder / rank_rng_file(self.rank)
         if rng_file.is_file():
-            set_rng_state(torch.load(rng_file, weights_only=False))
+            ProcessRNG().load_state_dict(torch.load(rng_file, weights_only=False))
 
     @register(Dispatch.ONE_TO_ALL)
     def export_model(self, path: str) -> None:
@@ -369,17 +368,6 @@ def _pad_rows(rows: list[list[float]], width: int) -> torch.Tensor:
     for i, row in enumerate(rows):
         out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
     return out
-
-
-def rng_state() -> dict[str, Any]:
-    """Python, numpy and torch RNG states of this process."""
-    return {"python": random.getstate(), "numpy": np.random.get_state(), "torch": torch.get_rng_state()}
-
-
-def set_rng_state(state: dict[str, Any]) -> None:
-    random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
-    torch.set_rng_state(state["torch"])
 
 
 def _mix(seed: int, step: int, rank: int) -> int:

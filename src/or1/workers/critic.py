@@ -18,8 +18,7 @@ from or1.hybrid.batch import Batch
 from or1.hybrid.columns import CRITIC_COLUMNS, SEQUENCE_COLUMNS
 from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.worker import Worker
-
-CRITIC_DIR = "critic"  # inside a checkpoint folder: the critic's HF folder (+ optimizer.pt)
+from or1.layout import CHECKPOINT_CRITIC_DIR
 
 
 class CriticWorker(Worker):
@@ -63,11 +62,11 @@ class CriticWorker(Worker):
     @register(Dispatch.ONE_TO_ALL)
     def save_checkpoint(self, path: str) -> None:
         """Rank 0 writes the critic's HF folder and optimizer under path/critic (the actor writes its RNG)."""
-        self.engine.save(Path(path) / CRITIC_DIR)
+        self.engine.save(Path(path) / CHECKPOINT_CRITIC_DIR)
 
     @register(Dispatch.ONE_TO_ALL)
     def load_checkpoint(self, path: str) -> None:
-        self.engine.load(Path(path) / CRITIC_DIR)
+        self.engine.load(Path(path) / CHECKPOINT_CRITIC_DIR)
 
     @register(Dispatch.ONE_TO_ALL)
     def export_model(self, path: str) -> None:
