@@ -22,10 +22,10 @@ from or1.errors import UserError
 from or1.hybrid import ray_session
 from or1.hybrid.batch import Batch
 from or1.sandbox.pool import unavailable
+from or1.scoring import RewardManager
+from or1.scoring.cluster import short_node
+from or1.scoring.scorer import Scorer
 from or1.trainer.phases import scoring_metrics
-from or1.trainer.rewards import RewardManager
-from or1.trainer.scoring_cluster import short_node
-from or1.workers.scorer import Scorer
 
 pytestmark = pytest.mark.multinode
 

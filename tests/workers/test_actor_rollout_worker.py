@@ -12,9 +12,9 @@ from or1.config.loading import resolve
 from or1.errors import UserError
 from or1.hybrid import ResourcePool, colocate, ray_session
 from or1.hybrid.columns import REWARD_COLUMNS
+from or1.scoring import RewardManager
 from or1.tokens import load_tokenizer
 from or1.trainer.prompt_loader import PromptLoader
-from or1.trainer.rewards import RewardManager
 from or1.trainer.validation import load_validation_sets, validate
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 

@@ -33,6 +33,7 @@ from or1.hybrid.columns import (
     UPDATE_COLUMNS,
 )
 from or1.hybrid.worker_group import WorkerGroup
+from or1.scoring import RewardManager
 from or1.stop import StopFlag
 from or1.trainer import checkpoint as ckpt
 from or1.trainer.metrics import MetricsLogger, PhaseTimer, write_step_samples
@@ -51,7 +52,6 @@ from or1.trainer.phases import (
     truncation_policy,
 )
 from or1.trainer.prompt_loader import PromptLoader
-from or1.trainer.rewards import RewardManager
 from or1.trainer.validation import ValidationSet, is_due, validate
 from or1.workers.actor_rollout_ref import MODEL_DIR
 

@@ -17,6 +17,7 @@ from or1.hybrid import ResourcePool, WorkerGroup, colocate, ray_session
 from or1.hybrid.cluster import local_cpus
 from or1.layout import FINAL_CRITIC_DIR, FINAL_DIR, PROMPT_STATS_FILE
 from or1.preflight import uses_gpu
+from or1.scoring import RewardManager
 from or1.stop import StopFlag
 from or1.tokens import load_tokenizer
 from or1.trainer.checkpoint import CheckpointManager
@@ -24,7 +25,6 @@ from or1.trainer.handoff import filtered_prompts
 from or1.trainer.loop import Trainer, restore, train
 from or1.trainer.metrics import MetricsLogger
 from or1.trainer.prompt_loader import PromptLoader
-from or1.trainer.rewards import RewardManager
 from or1.trainer.validation import ValidationSet, load_validation_sets
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 from or1.workers.critic import CriticWorker

@@ -2,7 +2,7 @@
 
 One session per batch. The caller submits rows while it does something else (generation streams finished rows
 in); `finish` blocks until each submitted row is scored exactly once. `HeadSession` scores in this process on a
-background thread (reward.placement head); `or1.trainer.scoring_cluster` spreads the rows over one scorer actor
+background thread (reward.placement head); `or1.scoring.cluster` spreads the rows over one scorer actor
 per Ray node (cluster). Both call `or1.rewards.score.score_with`, so a row scores the same in either.
 """
 

@@ -1,6 +1,6 @@
 """Cluster placement of the rewards: one scorer actor per Ray node, fed by the controller by outstanding work.
 
-`ScorerPlane` starts a `or1.workers.scorer.Scorer` on every alive node with room for it (NodeAffinity, its CPUs
+`ScorerPlane` starts a `or1.scoring.scorer.Scorer` on every alive node with room for it (NodeAffinity, its CPUs
 declared to Ray) and runs one dispatch thread. Sessions cut their rows into chunks of one ability; the thread hands
 each chunk to the ready scorer with the fewest outstanding rows (at most IN_FLIGHT chunks each: one running, one
 queued behind it). Nothing stalls silently:
@@ -31,8 +31,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from or1.config.schema import RewardConfig
 from or1.errors import UserError
 from or1.rewards.code import PROBLEM_BUDGET
-from or1.trainer.scoring import ScoringSession, ability_groups
-from or1.workers.scorer import Scorer
+from or1.scoring.scorer import Scorer
+from or1.scoring.session import ScoringSession, ability_groups
 
 IN_FLIGHT = 2  # chunks a scorer holds at once: the one it runs and the next, so it never idles
 START_TIMEOUT = 180.0  # seconds a new scorer may take to be placed, import and warm a verifier process

@@ -1,6 +1,6 @@
 """One reward scorer per Ray node: scores chunks of rows with that node's own verifier processes and sandbox.
 
-The controller (`or1.trainer.scoring_cluster`) starts one `Scorer` actor on every node when reward.placement is
+The controller (`or1.scoring.cluster`) starts one `Scorer` actor on every node when reward.placement is
 cluster, declaring its CPUs to Ray, and feeds it chunks of rows of one ability. The actor calls the same
 `or1.rewards.score.score_with` as head placement, so a row scores the same wherever it is scored; its verifier
 pools are process-wide in the actor and die with it. Chunks run one at a time (the pools run one batch at a time).
