@@ -8,11 +8,11 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
-from run_files import tiny_run
 from safetensors.torch import load_file
 
 from or1.layout import FINAL_CRITIC_DIR, SUMMARY_FILE
 from or1.trainer.run import run_train
+from run_files import tiny_run
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 

@@ -15,13 +15,13 @@ from pathlib import Path
 import pytest
 import ray
 import torch
-from run_files import assert_same_weights, metrics, tiny_run, two_node_cluster, wait_for_checkpoint, weights
 
 from or1.errors import UserError
 from or1.hybrid import ResourcePool, WorkerGroup, ray_session
 from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.worker import Worker
 from or1.trainer.checkpoint import check_visible
+from run_files import assert_same_weights, metrics, tiny_run, two_node_cluster, wait_for_checkpoint, weights
 
 pytestmark = pytest.mark.multinode
 

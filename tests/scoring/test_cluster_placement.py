@@ -14,7 +14,6 @@ from collections.abc import Hashable
 from pathlib import Path
 
 import pytest
-from run_files import metrics, tiny_run, two_node_cluster
 
 from or1.config.schema import RewardConfig
 from or1.data.synthetic import code_validation_rows, math_validation_rows
@@ -26,6 +25,7 @@ from or1.scoring import RewardManager
 from or1.scoring.cluster import short_node
 from or1.scoring.scorer import Scorer
 from or1.trainer.phases import scoring_metrics
+from run_files import metrics, tiny_run, two_node_cluster
 
 pytestmark = pytest.mark.multinode
 
