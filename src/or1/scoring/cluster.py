@@ -111,14 +111,14 @@ class ClusterSession(ScoringSession):
 class ScorerPlane:
     """The cluster's scorers and the thread that feeds them (see the module docstring)."""
 
-    def __init__(self, config: RewardConfig, scorer_cls: type = Scorer) -> None:
+    def __init__(self, config: RewardConfig, scorer_cls: type | None = None) -> None:
         if not ray.is_initialized():
             raise UserError(
                 "reward.placement=cluster needs Ray connected (or1 train starts it); use placement head"
             )
         self.cfg = config
         self.cpus = config.scorer_cpus or float(config.workers)
-        self._remote = ray.remote(scorer_cls)
+        self._remote = ray.remote(scorer_cls or Scorer)
         self._scorers: list[_Scorer] = []
         self._pending: deque[_Chunk] = deque()
         self._start_failures: Counter[str] = Counter()
@@ -185,8 +185,7 @@ class ScorerPlane:
             for session in self._sessions():
                 session.fail("the reward manager was closed before these rows were scored")
             for scorer in self._scorers:
-                with suppress(Exception):
-                    ray.kill(scorer.handle, no_restart=True)
+                _kill(scorer)
             self._scorers, self._pending = [], deque()
 
     # --- the dispatch thread ------------------------------------------------------------------------------------
@@ -298,8 +297,7 @@ class ScorerPlane:
     def _lose(self, scorer: _Scorer, why: str) -> None:
         """Kill `scorer`, send its chunks again (the one it was running counts a failure), start its replacement."""
         self._scorers.remove(scorer)
-        with suppress(Exception):
-            ray.kill(scorer.handle, no_restart=True)
+        _kill(scorer)
         if scorer.ready_ref is not None:
             self._start_failures[scorer.node] += 1
         entries = list(scorer.inflight)
@@ -339,6 +337,12 @@ class ScorerPlane:
             ).remote(self.cfg)
             name = f"scorer {short_node(node_id)}#{next(self._seq)}"
             self._scorers.append(_Scorer(handle, node_id, name, time.monotonic(), handle.ready.remote()))
+
+
+def _kill(scorer: _Scorer) -> None:
+    """Kill a scorer's actor for good (its verifier processes die with it); one already gone is no error."""
+    with suppress(Exception):
+        ray.kill(scorer.handle, no_restart=True)
 
 
 def _cannot_finish(chunk: _Chunk, why: str) -> str:

@@ -56,7 +56,7 @@ class RewardManager:
         if config.placement == "cluster":
             from or1.scoring.cluster import ScorerPlane  # imports Ray: only for cluster placement
 
-            self._plane = ScorerPlane(config, **({"scorer_cls": scorer_cls} if scorer_cls else {}))
+            self._plane = ScorerPlane(config, scorer_cls)
         else:
             # The verifier processes import and warm up now, while the actor ranks load their models, so the first
             # scoring (step 0's validation) does not wait for them.
