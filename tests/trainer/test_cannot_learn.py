@@ -12,10 +12,10 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
-from run_files import tiny_run
 
 from or1.errors import UserError
 from or1.trainer.skipped import SkippedSteps
+from run_files import tiny_run
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 ENV = {**os.environ, "COLUMNS": "1000"}

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+
 from run_files import metrics, tiny_run, weights
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")

@@ -8,12 +8,12 @@ from pathlib import Path
 
 import yaml
 from rich.console import Console
-from run_files import tiny_run
 from safetensors.torch import load_file
 
 from or1.layout import FINAL_CRITIC_DIR, SUMMARY_FILE
 from or1.trainer.launch import launch
 from or1.trainer.request import TrainRequest
+from run_files import tiny_run
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 

@@ -14,9 +14,9 @@ import time
 from pathlib import Path
 
 import pytest
-from run_files import assert_same_weights, metrics, tiny_run, weights
 
-from or1.trainer.scoring import SLOWEST_ROWS
+from or1.scoring import SLOWEST_ROWS
+from run_files import assert_same_weights, metrics, tiny_run, weights
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 STEPS = 4

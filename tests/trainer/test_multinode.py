@@ -15,7 +15,6 @@ from pathlib import Path
 import pytest
 import ray
 import torch
-from run_files import assert_same_weights, metrics, tiny_run, two_node_cluster, wait_for_checkpoint, weights
 
 from or1.errors import UserError
 from or1.hybrid.cluster import ray_session
@@ -24,6 +23,7 @@ from or1.hybrid.resource_pool import ResourcePool
 from or1.hybrid.worker import Worker
 from or1.hybrid.worker_group import WorkerGroup
 from or1.trainer.checkpoint import check_visible
+from run_files import assert_same_weights, metrics, tiny_run, two_node_cluster, wait_for_checkpoint, weights
 
 pytestmark = pytest.mark.multinode
 

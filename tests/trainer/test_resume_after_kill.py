@@ -18,10 +18,10 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from run_files import assert_same_weights, metrics, tiny_run, weights
 from safetensors.torch import load_file, save_file
 
 from or1.trainer.checkpoint import CheckpointManager
+from run_files import assert_same_weights, metrics, tiny_run, weights
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 STEPS = 4

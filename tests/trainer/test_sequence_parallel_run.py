@@ -8,10 +8,10 @@ from pathlib import Path
 import pytest
 import torch
 from rich.console import Console
-from run_files import metrics, tiny_run, weights
 
 from or1.layout import FINAL_CRITIC_DIR
 from or1.trainer.request import TrainRequest
+from run_files import metrics, tiny_run, weights
 
 # Adam's first step moves each weight by ~lr * sign(grad): float rounding may flip the sign of a near-zero gradient
 LR = 1e-4

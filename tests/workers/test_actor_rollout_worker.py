@@ -14,9 +14,9 @@ from or1.hybrid.cluster import ray_session
 from or1.hybrid.columns import REWARD_COLUMNS
 from or1.hybrid.resource_pool import ResourcePool
 from or1.hybrid.worker_group import colocate
+from or1.scoring import RewardManager
 from or1.tokens import load_tokenizer
 from or1.trainer.prompt_loader import PromptLoader
-from or1.trainer.rewards import RewardManager
 from or1.trainer.validation import load_validation_sets, validate
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 

@@ -24,7 +24,7 @@ ROLLOUT_LOG_PROBS = "rollout_log_probs"  # [B, R]: the sampler's own log-probs
 TRUNCATED = "truncated"  # [B]: hit the response budget without a stop token
 RESPONSE_TEXT = "response_text"  # non-tensor: the decoded response
 
-# Rewards (trainer/rewards.py) and the truncation policy (trainer/phases.py)
+# Rewards (scoring/manager.py) and the truncation policy (trainer/phases.py)
 SCORES = "scores"  # [B]: the verifier's score
 SCORE_REASON = "score_reason"  # non-tensor: why (correct, wrong answer, timeout, ...)
 SCORE_SECONDS = "score_seconds"  # non-tensor: wall seconds the verifier spent on the row

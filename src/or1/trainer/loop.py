@@ -32,6 +32,7 @@ from or1.hybrid.columns import (
     UPDATE_COLUMNS,
 )
 from or1.hybrid.worker_group import WorkerGroup
+from or1.scoring import RewardManager
 from or1.stop import StopFlag
 from or1.trainer.checkpoint import CheckpointManager
 from or1.trainer.metrics import MetricsLogger, PhaseTimer, write_step_samples
@@ -50,7 +51,6 @@ from or1.trainer.phases import (
     truncation_policy,
 )
 from or1.trainer.prompt_loader import PromptLoader
-from or1.trainer.rewards import RewardManager
 from or1.trainer.skipped import SkippedSteps
 from or1.trainer.validation import ValidationSet, is_due, validate
 

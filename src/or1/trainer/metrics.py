@@ -31,7 +31,7 @@ from or1.hybrid.columns import (
 )
 from or1.layout import METRICS_FILE, SAMPLES_DIR, TENSORBOARD_DIR
 from or1.preflight import require_wandb
-from or1.trainer.scoring import slowest_rows
+from or1.scoring import slowest_rows
 
 
 class PhaseTimer:

@@ -40,7 +40,7 @@ from or1.hybrid.columns import (
     VALUES,
 )
 from or1.hybrid.dispatch import balanced_order
-from or1.trainer.scoring import slowest_rows
+from or1.scoring import slowest_rows
 
 
 def truncation_policy(batch: Batch, algorithm: AlgorithmConfig) -> Batch:

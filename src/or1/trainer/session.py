@@ -19,6 +19,7 @@ from or1.hybrid.worker_group import WorkerGroup, colocate
 from or1.layout import FINAL_CRITIC_DIR, FINAL_DIR, PROMPT_STATS_FILE
 from or1.preflight import uses_gpu
 from or1.rng import ProcessRNG
+from or1.scoring import RewardManager
 from or1.stop import StopFlag
 from or1.tokens import load_tokenizer
 from or1.trainer.checkpoint import CheckpointManager
@@ -26,7 +27,6 @@ from or1.trainer.handoff import filtered_prompts
 from or1.trainer.loop import Trainer, restore, train
 from or1.trainer.metrics import MetricsLogger
 from or1.trainer.prompt_loader import PromptLoader
-from or1.trainer.rewards import RewardManager
 from or1.trainer.skipped import SkippedSteps
 from or1.trainer.validation import ValidationSet, load_validation_sets
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker

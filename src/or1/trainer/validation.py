@@ -27,8 +27,8 @@ from or1.hybrid.columns import (
 )
 from or1.hybrid.dispatch import balanced_order
 from or1.hybrid.worker_group import WorkerGroup
+from or1.scoring import RewardManager
 from or1.tokens import prompt_ids
-from or1.trainer.rewards import RewardManager
 
 
 @dataclass

@@ -14,7 +14,6 @@ from collections.abc import Hashable
 from pathlib import Path
 
 import pytest
-from run_files import metrics, tiny_run, two_node_cluster
 
 from or1.config.schema import RewardConfig
 from or1.data.synthetic import code_validation_rows, math_validation_rows
@@ -22,10 +21,11 @@ from or1.errors import UserError
 from or1.hybrid.batch import Batch
 from or1.hybrid.cluster import ray_session
 from or1.sandbox.pool import unavailable
+from or1.scoring import RewardManager
+from or1.scoring.cluster import short_node
+from or1.scoring.scorer import Scorer
 from or1.trainer.phases import scoring_metrics
-from or1.trainer.rewards import RewardManager
-from or1.trainer.scoring_cluster import short_node
-from or1.workers.scorer import Scorer
+from run_files import metrics, tiny_run, two_node_cluster
 
 pytestmark = pytest.mark.multinode
 

@@ -6,7 +6,7 @@ from or1.config.schema import RewardConfig
 from or1.data.synthetic import code_validation_rows, math_validation_rows
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import REWARD_SECONDS
-from or1.trainer.rewards import RewardManager
+from or1.scoring import RewardManager
 
 
 def test_mixed_rows_are_scored_by_their_own_verifier_and_timed_apart() -> None:

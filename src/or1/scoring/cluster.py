@@ -1,6 +1,6 @@
 """Cluster placement of the rewards: one scorer actor per Ray node, fed by the controller by outstanding work.
 
-`ScorerPlane` starts a `or1.workers.scorer.Scorer` on every alive node with room for it (NodeAffinity, its CPUs
+`ScorerPlane` starts a `or1.scoring.scorer.Scorer` on every alive node with room for it (NodeAffinity, its CPUs
 declared to Ray) and runs one dispatch thread. Sessions cut their rows into chunks of one ability; the thread hands
 each chunk to the ready scorer with the fewest outstanding rows (at most IN_FLIGHT chunks each: one running, one
 queued behind it). Nothing stalls silently:
@@ -31,8 +31,8 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 from or1.config.schema import RewardConfig
 from or1.errors import UserError
 from or1.rewards.code import PROBLEM_BUDGET
-from or1.trainer.scoring import ScoringSession, ability_groups
-from or1.workers.scorer import Scorer
+from or1.scoring.scorer import Scorer
+from or1.scoring.session import ScoringSession, ability_groups
 
 IN_FLIGHT = 2  # chunks a scorer holds at once: the one it runs and the next, so it never idles
 START_TIMEOUT = 180.0  # seconds a new scorer may take to be placed, import and warm a verifier process
@@ -111,14 +111,14 @@ class ClusterSession(ScoringSession):
 class ScorerPlane:
     """The cluster's scorers and the thread that feeds them (see the module docstring)."""
 
-    def __init__(self, config: RewardConfig, scorer_cls: type = Scorer) -> None:
+    def __init__(self, config: RewardConfig, scorer_cls: type | None = None) -> None:
         if not ray.is_initialized():
             raise UserError(
                 "reward.placement=cluster needs Ray connected (or1 train starts it); use placement head"
             )
         self.cfg = config
         self.cpus = config.scorer_cpus or float(config.workers)
-        self._remote = ray.remote(scorer_cls)
+        self._remote = ray.remote(scorer_cls or Scorer)
         self._scorers: list[_Scorer] = []
         self._pending: deque[_Chunk] = deque()
         self._start_failures: Counter[str] = Counter()
@@ -185,8 +185,7 @@ class ScorerPlane:
             for session in self._sessions():
                 session.fail("the reward manager was closed before these rows were scored")
             for scorer in self._scorers:
-                with suppress(Exception):
-                    ray.kill(scorer.handle, no_restart=True)
+                _kill(scorer)
             self._scorers, self._pending = [], deque()
 
     # --- the dispatch thread ------------------------------------------------------------------------------------
@@ -298,8 +297,7 @@ class ScorerPlane:
     def _lose(self, scorer: _Scorer, why: str) -> None:
         """Kill `scorer`, send its chunks again (the one it was running counts a failure), start its replacement."""
         self._scorers.remove(scorer)
-        with suppress(Exception):
-            ray.kill(scorer.handle, no_restart=True)
+        _kill(scorer)
         if scorer.ready_ref is not None:
             self._start_failures[scorer.node] += 1
         entries = list(scorer.inflight)
@@ -339,6 +337,12 @@ class ScorerPlane:
             ).remote(self.cfg)
             name = f"scorer {short_node(node_id)}#{next(self._seq)}"
             self._scorers.append(_Scorer(handle, node_id, name, time.monotonic(), handle.ready.remote()))
+
+
+def _kill(scorer: _Scorer) -> None:
+    """Kill a scorer's actor for good (its verifier processes die with it); one already gone is no error."""
+    with suppress(Exception):
+        ray.kill(scorer.handle, no_restart=True)
 
 
 def _cannot_finish(chunk: _Chunk, why: str) -> str:

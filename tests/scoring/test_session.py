@@ -16,9 +16,9 @@ from or1.config.schema import RewardConfig
 from or1.data.synthetic import math_validation_rows
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import SCORE_NODE, SCORE_SECONDS
+from or1.scoring import RewardManager
 from or1.trainer.metrics import write_step_samples
 from or1.trainer.phases import scoring_metrics
-from or1.trainer.rewards import RewardManager
 
 
 def math_rows(count: int) -> list[dict]:

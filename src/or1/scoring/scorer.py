@@ -1,21 +1,22 @@
 """One reward scorer per Ray node: scores chunks of rows with that node's own verifier processes and sandbox.
 
-The controller (`or1.trainer.scoring_cluster`) starts one `Scorer` actor on every node when reward.placement is
-cluster, declaring its CPUs to Ray, and feeds it chunks of rows of one ability. The actor calls the same
-`or1.rewards.score.score_with` as head placement, so a row scores the same wherever it is scored; its verifier
-pools are process-wide in the actor and die with it. Chunks run one at a time (the pools run one batch at a time).
+The controller's scorer plane (`or1.scoring.cluster`) starts one `Scorer` actor on every node when
+reward.placement is cluster, declaring its CPUs to Ray, and feeds it chunks of rows of one ability. The actor scores
+with the same `or1.scoring.session.timed_scores` as head placement, so a row scores the same wherever it is scored;
+its verifier pools are process-wide in the actor and die with it. Chunks run one at a time (the pools run one batch
+at a time).
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass
 
 import ray
 
 from or1.config.schema import RewardConfig
 from or1.rewards.result import Result
-from or1.rewards.score import math_pool, score_with
+from or1.rewards.score import math_pool
+from or1.scoring.session import timed_scores
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,5 @@ class Scorer:
 
     def score(self, rows: list[dict]) -> ChunkScores:
         """Score one chunk of rows ({"ability", "response", "reward_model"})."""
-        start = time.perf_counter()
-        results = score_with(rows, self.cfg)
-        return ChunkScores(self.node, results, time.perf_counter() - start)
+        results, seconds = timed_scores(rows, self.cfg)
+        return ChunkScores(self.node, results, seconds)

@@ -2,8 +2,8 @@
 
 One session per batch. The caller submits rows while it does something else (generation streams finished rows
 in); `finish` blocks until each submitted row is scored exactly once. `HeadSession` scores in this process on a
-background thread (reward.placement head); `or1.trainer.scoring_cluster` spreads the rows over one scorer actor
-per Ray node (cluster). Both call `or1.rewards.score.score_with`, so a row scores the same in either.
+background thread (reward.placement head); `or1.scoring.cluster` spreads the rows over one scorer actor per Ray
+node (cluster). Both score with `timed_scores` (`or1.rewards.score.score_with`), so a row scores the same in either.
 """
 
 from __future__ import annotations
@@ -21,6 +21,14 @@ from or1.rewards.score import score_with
 
 HEAD_NODE = "head"  # where head placement scores, in Scored.nodes and the per-node metrics
 SLOWEST_ROWS = 3  # the slowest rows of a step named in its metrics and kept in its saved samples
+
+
+def timed_scores(rows: Sequence[dict], config: RewardConfig) -> tuple[list[Result], float]:
+    """The rows' Results (`score_with`) and the wall seconds they took: how head placement and every scorer actor
+    score one ability's rows (the seconds go into Scored.ability_seconds)."""
+    start = time.perf_counter()
+    results = score_with(rows, config)
+    return results, time.perf_counter() - start
 
 
 def row_seconds(result: Result) -> float:
@@ -155,9 +163,8 @@ class HeadSession(ScoringSession):
             self._futures.append(self._executor.submit(self._score, ability, group_keys, group_rows))
 
     def _score(self, ability: str, keys: list[Hashable], rows: list[dict]) -> None:
-        start = time.perf_counter()
-        results = score_with(rows, self.cfg)
-        self._record(keys, results, HEAD_NODE, ability, time.perf_counter() - start)
+        results, seconds = timed_scores(rows, self.cfg)
+        self._record(keys, results, HEAD_NODE, ability, seconds)
 
     def _wait(self) -> None:
         for future in self._futures:

@@ -1,5 +1,5 @@
-"""The trainer tests' short tiny runs, what they compare between two runs (metrics without timings, and saved
-weights), and the two-node local Ray cluster of the multi-node tests."""
+"""The short tiny runs of the trainer and scoring tests, what they compare between two runs (metrics without
+timings, and saved weights), and the two-node local Ray cluster of the multi-node tests."""
 
 from __future__ import annotations
 

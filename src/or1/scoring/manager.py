@@ -1,11 +1,11 @@
 """The training loop's reward: scores decoded responses with or1's verifiers, on the head or on the cluster.
 
-`RewardManager.session()` opens a scoring session (or1.trainer.scoring): rows go in as they are ready, scores come
+`RewardManager.session()` opens a scoring session (or1.scoring.session): rows go in as they are ready, scores come
 out at `finish()`. reward.placement head scores in the controller's process: `or1.rewards.score.score_batch` runs
 the verifiers in a persistent pool of killable processes with hard time limits (code inside the sandbox), on a
 background thread, so scoring overlaps whatever the controller does meanwhile. verl and Skywork-OR1 score
 rule-based rewards in the driver with a process pool too. reward.placement cluster spreads the rows over one scorer
-actor per Ray node (or1.trainer.scoring_cluster), each with its own verifier processes and sandbox.
+actor per Ray node (or1.scoring.cluster), each with its own verifier processes and sandbox.
 
 `compute_scores` reads non-tensor columns `ability`, `response_text`, `reward_model`; writes `scores` [B] (float),
 the non-tensor `score_reason`, `score_seconds` and `score_node`, with the seconds each ability's verifier took in
@@ -30,9 +30,7 @@ from or1.hybrid.columns import (
     SCORES,
 )
 from or1.rewards.score import math_pool
-from or1.trainer.scoring import HEAD_NODE, HeadSession, Scored, ScoringSession, row_seconds
-
-__all__ = ["RewardManager", "Scored", "ScoringSession"]
+from or1.scoring.session import HEAD_NODE, HeadSession, Scored, ScoringSession, row_seconds
 
 
 def hidden_seconds(scored: Scored) -> float:
@@ -47,7 +45,7 @@ class RewardManager:
     """The verifiers' front-end. Head placement: their processes are shared by the whole controller and stop when
     it exits; cluster placement: one scorer actor per node, stopped by `close()`.
 
-    `scorer_cls` (cluster placement) is the scorer actor's class, `or1.workers.scorer.Scorer` unless a test gives
+    `scorer_cls` (cluster placement) is the scorer actor's class, `or1.scoring.scorer.Scorer` unless a test gives
     its own.
     """
 
@@ -56,9 +54,9 @@ class RewardManager:
         self._plane = None
         self._executor: ThreadPoolExecutor | None = None
         if config.placement == "cluster":
-            from or1.trainer.scoring_cluster import ScorerPlane  # imports Ray: only for cluster placement
+            from or1.scoring.cluster import ScorerPlane  # imports Ray: only for cluster placement
 
-            self._plane = ScorerPlane(config, **({"scorer_cls": scorer_cls} if scorer_cls else {}))
+            self._plane = ScorerPlane(config, scorer_cls)
         else:
             # The verifier processes import and warm up now, while the actor ranks load their models, so the first
             # scoring (step 0's validation) does not wait for them.
@@ -68,7 +66,7 @@ class RewardManager:
     def session(self) -> ScoringSession:
         """A new scoring session (one per batch): `submit` rows as they are ready, `finish` for every score."""
         if self._plane is not None:
-            from or1.trainer.scoring_cluster import ClusterSession
+            from or1.scoring.cluster import ClusterSession
 
             self._plane.add_new_nodes()
             return ClusterSession(self._plane)
