@@ -10,6 +10,7 @@ import torch
 from rich.console import Console
 
 from or1.layout import FINAL_CRITIC_DIR
+from or1.trainer.launch import launch
 from or1.trainer.request import TrainRequest
 from run_files import metrics, tiny_run, weights
 
@@ -31,7 +32,7 @@ def train(run_dir: Path, model: Path, data: Path, sp: int) -> Path:
         f"actor.sequence_parallel_size={sp}",
         f"critic.sequence_parallel_size={sp}",
     )
-    return train(
+    return launch(
         TrainRequest(RECIPE, "1", run_dir, tuple(overrides), "never"), Console(file=open("/dev/null", "w"))
     )
 
