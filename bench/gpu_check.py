@@ -176,8 +176,9 @@ def check_shape(name: str, dry_run: bool, peak_tflops: float | None, engines: li
     import torch.distributed as dist
 
     from or1.algos.losses import LossConfig
-    from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
+    from or1.engines.fsdp_actor import FSDPTrainEngine
     from or1.engines.rollout import SamplingParams
+    from or1.engines.train_settings import TrainSettings
     from or1.hybrid.worker import Worker
 
     shape = SHAPES[name]
@@ -252,9 +253,9 @@ def check_shape(name: str, dry_run: bool, peak_tflops: float | None, engines: li
 
 
 def build_engine(kind: str, folder: Path, settings, device: torch.device, max_positions: int):
-    from or1.engines.fsdp import DTYPES
     from or1.engines.hf_rollout import HFRolloutEngine
     from or1.engines.loading import load_causal_lm
+    from or1.engines.train_settings import DTYPES
 
     if kind == "hf":
         model = load_causal_lm(folder, dtype=DTYPES[settings.compute_dtype]).to(device)

@@ -136,7 +136,8 @@ def test_saved_activations_within_10_percent(tmp_path, packed, checkpointing):
 
 # ---- FSDP2 shards --------------------------------------------------------------------------------------------------------
 def _shard_rank(rank: int, world: int, init_file: str, model_dir: str, out_file: str) -> None:
-    from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
+    from or1.engines.fsdp_actor import FSDPTrainEngine
+    from or1.engines.train_settings import TrainSettings
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.set_num_threads(1)

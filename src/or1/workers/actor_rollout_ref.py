@@ -80,7 +80,8 @@ class ActorRolloutRefWorker(Worker):
         """Load tokenizer, FSDP2 actor, the rollout engine and (KL only) the reference policy."""
         # Imported here, in the rank's process: the controller imports this class only to dispatch to it, and the
         # training stack (FSDP2, transformers' model classes) costs seconds of CPU at start-up.
-        from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
+        from or1.engines.fsdp_actor import FSDPTrainEngine
+        from or1.engines.train_settings import TrainSettings
 
         torch.manual_seed(self.cfg.trainer.seed + self.rank)
         settings = TrainSettings.from_config(self.cfg, device=str(self.device))
