@@ -12,6 +12,7 @@ from or1.config.loading import resolve
 from or1.errors import UserError
 from or1.hybrid import ResourcePool, colocate, ray_session
 from or1.hybrid.columns import REWARD_COLUMNS
+from or1.hybrid.sampling import SamplingRequest
 from or1.tokens import load_tokenizer
 from or1.trainer.prompt_loader import PromptLoader
 from or1.trainer.rewards import RewardManager
@@ -61,8 +62,8 @@ def groups(ray_cluster, tiny_model_dir: Path, tiny_data_dir: Path):
 
 def test_generate_score_log_prob_update_roundtrip(groups, tmp_path: Path) -> None:
     cfg, actor, reward, loader = groups
-    prompts = loader.next_batch(1)
-    batch = actor.generate_sequences(prompts)
+    prompts, request = loader.next_batch(1), SamplingRequest.training(cfg, 1)
+    batch = actor.generate_sequences(prompts, request)
     assert len(batch) == 4 * N
     assert list(batch.non_tensor["uid"]) == [u for u in prompts.non_tensor["uid"] for _ in range(N)]
     lengths = batch.tensors["response_mask"].sum(-1)
@@ -97,8 +98,10 @@ def test_generate_score_log_prob_update_roundtrip(groups, tmp_path: Path) -> Non
     )  # the update moved it
     actor.save_checkpoint(str(tmp_path))
     assert (tmp_path / "model" / "config.json").is_file() and (tmp_path / "rng_rank1.pt").is_file()
-    again = actor.generate_sequences(prompts)  # same step, same seed, same weights: the same samples
-    assert torch.equal(again.tensors["responses"], actor.generate_sequences(prompts).tensors["responses"])
+    again = actor.generate_sequences(prompts, request)  # same step, same seed, same weights: the same samples
+    assert torch.equal(
+        again.tensors["responses"], actor.generate_sequences(prompts, request).tensors["responses"]
+    )
 
 
 def test_a_failing_worker_names_group_rank_and_method(

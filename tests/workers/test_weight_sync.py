@@ -14,6 +14,7 @@ from or1.errors import UserError
 from or1.hybrid import ResourcePool, colocate, ray_session
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import OLD_LOG_PROBS, SEQUENCE_COLUMNS, UPDATE_COLUMNS
+from or1.hybrid.sampling import SamplingRequest
 from or1.tokens import load_tokenizer
 from or1.trainer.prompt_loader import PromptLoader
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
@@ -63,15 +64,16 @@ def test_a_push_that_left_the_engine_on_old_weights_stops_the_run(worker, tiny_m
         actor = colocate(ResourcePool(1, 2, use_gpu=False), roles, name="actor")["actor_rollout"]
         try:
             actor.init_model()
-            batch = actor.generate_sequences(loader.next_batch(1))
+            batch = actor.generate_sequences(loader.next_batch(1), SamplingRequest.training(cfg, 1))
             batch = batch.union(actor.compute_log_prob(batch.only(SEQUENCE_COLUMNS)))
             mask = batch.tensors["response_mask"].float()
             advantages = Batch({"advantages": torch.linspace(-1, 1, len(batch))[:, None] * mask})
             actor.update_actor(batch.union(advantages).only(UPDATE_COLUMNS))
             if worker is BrokenPushWorker:
                 with pytest.raises(UserError, match=r"^step 2: after the weights push the rollout engine"):
-                    actor.generate_sequences(loader.next_batch(2))
+                    actor.generate_sequences(loader.next_batch(2), SamplingRequest.training(cfg, 2))
             else:
-                assert OLD_LOG_PROBS in batch and len(actor.generate_sequences(loader.next_batch(2))) == 8
+                again = actor.generate_sequences(loader.next_batch(2), SamplingRequest.training(cfg, 2))
+                assert OLD_LOG_PROBS in batch and len(again) == 8
         finally:
             actor.shutdown()

@@ -9,6 +9,7 @@ weights, push the actor's weights when they changed, offload the actor (actor.of
 generate, put the rollout to sleep, onload the actor. On the CPU every one of those hand-off calls is a no-op. The
 controller calls the @register methods through a WorkerGroup; DP_COMPUTE methods see only this rank's share.
 
+`stream_sequences` / `generate_sequences` sample what the controller's SamplingRequest asks (`hybrid.sampling`).
 Columns produced by `generate_sequences` (B = prompts x n, P = max_prompt_length, R = the response budget):
 tensors `input_ids` / `attention_mask` [B, P + R] (prompt left-padded, response right-padded), `responses`,
 `response_mask`, `rollout_log_probs` [B, R] (the sampler's own log-probs), `truncated`, `response_length` [B];
@@ -56,6 +57,7 @@ from or1.hybrid.columns import (
     TRUNCATED,
 )
 from or1.hybrid.dispatch import Dispatch, register
+from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker import Worker
 from or1.tokens import load_tokenizer
 from or1.workers import weight_sync
@@ -138,44 +140,27 @@ class ActorRolloutRefWorker(Worker):
 
     # ---- rollout ---------------------------------------------------------------------------------------------------
     @register(Dispatch.DP_COMPUTE)
-    def generate_sequences(self, prompts: Batch) -> Batch:
-        """Sample rollout.n responses per prompt with the current actor weights.
-
-        meta: step and seed (the sampling seed derives from them), and optionally `sampling` overriding n,
-        temperature, top_p and max_response_length (validation).
-        """
-        *_, batch = self.stream_sequences(prompts)
+    def generate_sequences(self, prompts: Batch, request: SamplingRequest) -> Batch:
+        """Sample request.n responses per prompt with the current actor weights."""
+        *_, batch = self.stream_sequences(prompts, request)
         return batch
 
     @register(Dispatch.DP_COMPUTE)
-    def stream_sequences(self, prompts: Batch) -> Iterator[list[dict[str, Any]] | Batch]:
+    def stream_sequences(
+        self, prompts: Batch, request: SamplingRequest
+    ) -> Iterator[list[dict[str, Any]] | Batch]:
         """`generate_sequences` that first yields what the verifiers read of each row as soon as it is final, in a
         few groups per call, so the controller scores them while the other rows still decode; the last item is the
         Batch. A row is {"key": its row in the controller's whole batch, "ability", "response", "reward_model"}:
         the controller splits a batch into equal rank shares in rank order, so that row is rank x share + row here.
         """
-        r = self.cfg.rollout
-        seed = _mix(
-            int(prompts.meta.get("seed", self.cfg.trainer.seed)),
-            int(prompts.meta.get("step", 0)),
-            self.tp_index,
-        )
-        override = prompts.meta.get("sampling", {})  # validation: its own n / temperature / top_p / budget
-        n = int(override.get("n", r.n))
-        budget = int(override.get("max_response_length", r.max_response_length))
-        sampling = SamplingParams(
-            n=n,
-            temperature=float(override.get("temperature", r.temperature)),
-            top_p=float(override.get("top_p", r.top_p)),
-            max_response_length=budget,
-            stop_token_ids=[],
-            seed=seed,
-        )
+        sampling = self._sampling_params(request)
+        n = sampling.n
         prompt_ids = [list(p) for p in prompts[PROMPT_IDS]]
         group_prompts, mine = self._tensor_parallel_share(prompt_ids)
-        training = "step" in prompts.meta
-        self.step = int(prompts.meta["step"]) if training else self.step
-        where = f"step {self.step}" if training else f"validation after step {self.step}"
+        if request.step is not None:
+            self.step = request.step
+        where = f"step {self.step}" if request.step is not None else f"validation after step {self.step}"
         rows = range(mine.start * n, mine.stop * n)  # this rank's rows of its tensor-parallel group's call
         readable = all(column in prompts for column in (ABILITY, REWARD_MODEL))
         finished: list[FinishedRow] = []  # this rank's rows, indexed from 0
@@ -213,12 +198,23 @@ class ActorRolloutRefWorker(Worker):
             [p for p in prompt_ids for _ in range(n)],
             out.responses,
             self.cfg.data.max_prompt_length,
-            budget,
+            request.max_response_length,
             self.rollout.pad_token_id,
         )
-        tensors[ROLLOUT_LOG_PROBS] = _pad_rows(out.log_probs, budget)
+        tensors[ROLLOUT_LOG_PROBS] = _pad_rows(out.log_probs, request.max_response_length)
         tensors[TRUNCATED] = torch.tensor(out.truncated, dtype=torch.bool)
         yield repeated.union(Batch(tensors, {RESPONSE_TEXT: text}))
+
+    def _sampling_params(self, request: SamplingRequest) -> SamplingParams:
+        """The engine's sampling for `request` on this rank's tensor-parallel group (its seed is the group's)."""
+        return SamplingParams(
+            n=request.n,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            max_response_length=request.max_response_length,
+            stop_token_ids=[],
+            seed=request.engine_seed(self.tp_index),
+        )
 
     @contextmanager
     def rollout_phase(self, where: str = "") -> Iterator[None]:
@@ -381,9 +377,3 @@ def set_rng_state(state: dict[str, Any]) -> None:
     random.setstate(state["python"])
     np.random.set_state(state["numpy"])
     torch.set_rng_state(state["torch"])
-
-
-def _mix(seed: int, step: int, rank: int) -> int:
-    """A sampling seed that differs per step and rank (tensor-parallel group) but is fixed by them, so a resumed run
-    samples the same."""
-    return (seed * 1_000_003 + step * 7919 + rank * 104_729) % (2**31 - 1)
