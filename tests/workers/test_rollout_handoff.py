@@ -63,7 +63,7 @@ class FakeTokenizer:
 
 def worker(calls: list[str], *, stale: bool, fail: bool = False) -> ActorRolloutRefWorker:
     w = ActorRolloutRefWorker.__new__(ActorRolloutRefWorker)  # no process group, no models: only the hand-off
-    # the push self-test has its own tests (test_weight_sync.py); these fakes only record the hand-off order
+    # the push self-test has its own tests (test_weight_handoff.py); these fakes only record the hand-off order
     w.cfg = CFG
     w.actor, w.rollout, w.tokenizer = FakeActor(calls), FakeRollout(calls, fail), FakeTokenizer()
     w.tp_group, w.tp_index = None, 0

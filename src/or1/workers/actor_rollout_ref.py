@@ -60,7 +60,7 @@ from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker import Worker
 from or1.tokens import load_tokenizer
-from or1.workers import weight_sync
+from or1.workers import weight_handoff
 
 MODEL_DIR = "model"  # inside a checkpoint folder: the HF model (+ optimizer.pt)
 FINISHED_GROUPS = 8  # finished rows go to the controller in about this many groups per call
@@ -91,7 +91,7 @@ class ActorRolloutRefWorker(Worker):
         self.actor = FSDPTrainEngine(self.model_path, settings)
         self.rollout_dtype = self.cfg.rollout.dtype or settings.compute_dtype
         self.rollout = self._build_rollout(self.rollout_dtype)
-        self.sync_tolerance = weight_sync.tolerance(
+        self.sync_tolerance = weight_handoff.tolerance(
             self.cfg.rollout.weight_sync_tolerance, self.rollout_dtype, settings.compute_dtype
         )
         # The rollout starts from the same folder as the actor; weights move again only after they change.
@@ -233,7 +233,7 @@ class ActorRolloutRefWorker(Worker):
         try:
             if probe is not None:
                 engine = self.rollout.score_ids(probe[0])
-                weight_sync.check_push(engine, probe[1], self.sync_tolerance, where)
+                weight_handoff.check_push(engine, probe[1], self.sync_tolerance, where)
             yield
         finally:
             self.rollout.sleep()
@@ -245,7 +245,7 @@ class ActorRolloutRefWorker(Worker):
 
     def _actor_probe(self) -> tuple[list[int], list[float]]:
         """The probe's token ids and the actor's log-probs of all but the first, at temperature 1 (collective)."""
-        ids = self.tokenizer(weight_sync.PROBE_TEXT, add_special_tokens=False)["input_ids"]
+        ids = self.tokenizer(weight_handoff.PROBE_TEXT, add_special_tokens=False)["input_ids"]
         tensors = pack_sequences([ids[:1]], [ids[1:]], 1, len(ids) - 1, self.rollout.pad_token_id)
         out = self.actor.log_probs(Batch(tensors).only(SEQUENCE_COLUMNS), temperature=1.0)
         return ids, out.tensors[LOG_PROBS][0].tolist()

@@ -18,7 +18,7 @@ from or1.hybrid.sampling import SamplingRequest
 from or1.tokens import load_tokenizer
 from or1.trainer.prompt_loader import PromptLoader
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
-from or1.workers.weight_sync import FLOAT32_TOLERANCE, HALF_TOLERANCE, check_push, tolerance
+from or1.workers.weight_handoff import FLOAT32_TOLERANCE, HALF_TOLERANCE, check_push, tolerance
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 
