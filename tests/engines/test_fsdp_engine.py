@@ -17,7 +17,7 @@ from or1.engines.fsdp_actor import FSDPTrainEngine
 from or1.engines.loading import load_causal_lm
 from or1.engines.train_settings import TrainSettings
 from or1.hybrid.batch import Batch
-from or1.workers.actor_rollout_ref import pack_sequences
+from or1.workers.rollout_rows import pack_sequences
 
 PROMPT_W, RESPONSE_W = 12, 16
 

@@ -19,7 +19,7 @@ from or1.engines.packing import packed_window, padded_window
 from or1.plan import memory
 from or1.plan.memory import Window, saved_activations
 from or1.plan.model import ModelShape, read_model_shape
-from or1.workers.actor_rollout_ref import pack_sequences
+from or1.workers.rollout_rows import pack_sequences
 
 # A small Qwen2 with an odd vocabulary: FSDP2's dim-0 chunks are uneven, so rank 0's shard is the larger one.
 CONFIG = {

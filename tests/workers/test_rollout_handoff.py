@@ -14,6 +14,7 @@ from or1.engines.rollout import FinishedRow
 from or1.hybrid.batch import Batch
 from or1.hybrid.sampling import SamplingRequest
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
+from or1.workers.weight_handoff import WeightHandoff
 
 
 class FakeActor:
@@ -63,15 +64,16 @@ class FakeTokenizer:
 
 def worker(calls: list[str], *, stale: bool, fail: bool = False) -> ActorRolloutRefWorker:
     w = ActorRolloutRefWorker.__new__(ActorRolloutRefWorker)  # no process group, no models: only the hand-off
-    # the push self-test has its own tests (test_weight_handoff.py); these fakes only record the hand-off order
     w.cfg = CFG
     w.actor, w.rollout, w.tokenizer = FakeActor(calls), FakeRollout(calls, fail), FakeTokenizer()
+    # the push self-test has its own tests (test_weight_handoff.py); these fakes only record the hand-off order
+    w.handoff = WeightHandoff(w.actor, w.rollout, w.tokenizer, check=False, tolerance=0.0)
     w.tp_group, w.tp_index = None, 0
-    w.weights_version, w.rollout_version = (1, 0) if stale else (0, 0)
+    w.weights_version = 1 if stale else 0  # the engine holds version 0
     return w
 
 
-CFG = resolve("tiny", 1, ["model.path=unused", "rollout.n=2", "rollout.weight_sync_check=false"])
+CFG = resolve("tiny", 1, ["model.path=unused", "rollout.n=2"])
 PROMPTS = Batch.from_dict({"prompt_ids": [[1, 2], [3]]})
 STEP_1 = SamplingRequest.training(CFG, 1)
 

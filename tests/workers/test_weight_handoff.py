@@ -14,6 +14,7 @@ from or1.errors import UserError
 from or1.hybrid import ResourcePool, colocate, ray_session
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import OLD_LOG_PROBS, SEQUENCE_COLUMNS, UPDATE_COLUMNS
+from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.sampling import SamplingRequest
 from or1.tokens import load_tokenizer
 from or1.trainer.prompt_loader import PromptLoader
@@ -26,8 +27,11 @@ RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 class BrokenPushWorker(ActorRolloutRefWorker):
     """A push that silently does nothing (as a sync skipped under sleep mode): the engine keeps the old weights."""
 
-    def push_weights(self) -> None:
-        pass
+    @register(Dispatch.ONE_TO_ALL)
+    def init_model(self):
+        loaded = super().init_model()
+        self.handoff.push_weights = lambda: None
+        return loaded
 
 
 def test_check_push_passes_within_tolerance_and_names_the_step_beyond_it():
