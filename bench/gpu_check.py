@@ -9,7 +9,7 @@ tiny one) goes through what a training step does on one rank, in a process of it
   checkpointing, actor.offload) computes old log-probs, then PPO updates: update tokens/s and model FLOPs
   utilisation (6 x parameters x tokens + the attention's 12 x layers x hidden x context per token, over the GPU's
   dense bf16 peak, from the device name or --peak-tflops);
-- for each rollout engine (hf, vllm), the hand-off of `ActorRolloutRefWorker.rollout_phase`: wake the engine's
+- for each rollout engine (hf, vllm), the hand-off of `WeightHandoff.rollout_phase`: wake the engine's
   weights, push the actor's weights (seconds per GB of pushed tensors), offload the actor, wake the KV cache,
   generate (response tokens/s), sleep, onload the actor;
 - peak GPU memory of each phase (`torch.cuda.max_memory_allocated`; on the CPU the process's peak RSS), printed
@@ -116,7 +116,7 @@ def sync(device: torch.device) -> None:
 def update_batch(vocab: int, rows: int, prompt: int, response: int):
     """Full-length prompts and responses of random tokens (every token is real: tokens/s counts them all)."""
     from or1.hybrid.batch import Batch
-    from or1.workers.actor_rollout_ref import pack_sequences
+    from or1.workers.rollout_rows import pack_sequences
 
     g = torch.Generator().manual_seed(0)
     prompts = torch.randint(2, vocab, (rows, prompt), generator=g).tolist()
@@ -176,8 +176,9 @@ def check_shape(name: str, dry_run: bool, peak_tflops: float | None, engines: li
     import torch.distributed as dist
 
     from or1.algos.losses import LossConfig
-    from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
+    from or1.engines.fsdp_actor import FSDPTrainEngine
     from or1.engines.rollout import SamplingParams
+    from or1.engines.train_settings import TrainSettings
     from or1.hybrid.worker import Worker
 
     shape = SHAPES[name]
@@ -252,9 +253,9 @@ def check_shape(name: str, dry_run: bool, peak_tflops: float | None, engines: li
 
 
 def build_engine(kind: str, folder: Path, settings, device: torch.device, max_positions: int):
-    from or1.engines.fsdp import DTYPES
     from or1.engines.hf_rollout import HFRolloutEngine
     from or1.engines.loading import load_causal_lm
+    from or1.engines.train_settings import DTYPES
 
     if kind == "hf":
         model = load_causal_lm(folder, dtype=DTYPES[settings.compute_dtype]).to(device)

@@ -219,7 +219,7 @@ def test_gpu_recipes_build_their_fsdp_policies(recipe):
     import torch
     from torch.distributed.fsdp import CPUOffloadPolicy, MixedPrecisionPolicy
 
-    from or1.engines.fsdp import TrainSettings, fsdp_policies
+    from or1.engines.train_settings import TrainSettings, fsdp_policies
 
     for stage in range(1, len(stage_names(load_recipe(recipe)[1])) + 1):
         config = resolve(recipe, stage)
@@ -257,7 +257,8 @@ def test_gpu_settings_on_a_cpu_engine_are_refused():
     import torch
     import torch.distributed as dist
 
-    from or1.engines.fsdp import FSDPEngine, TrainSettings
+    from or1.engines.fsdp import FSDPEngine
+    from or1.engines.train_settings import TrainSettings
 
     settings = TrainSettings(device="cpu", mixed_precision="bfloat16")
     dist.init_process_group("gloo", init_method="tcp://127.0.0.1:0", rank=0, world_size=1)

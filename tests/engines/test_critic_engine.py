@@ -13,8 +13,9 @@ import torch.distributed as dist
 from test_fsdp_engine import PROMPT_W, make_batch
 
 from gloo_ranks import spawn_ranks
-from or1.engines.fsdp import FSDPCriticEngine, TrainSettings
+from or1.engines.fsdp_critic import FSDPCriticEngine
 from or1.engines.loading import load_value_model
+from or1.engines.train_settings import TrainSettings
 from or1.hybrid.batch import Batch
 
 STEPS = 8  # value updates towards fixed returns

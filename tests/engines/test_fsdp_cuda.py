@@ -12,7 +12,8 @@ import torch.distributed as dist
 from test_fsdp_engine import make_batch
 
 from or1.algos.losses import LossConfig
-from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
+from or1.engines.fsdp_actor import FSDPTrainEngine
+from or1.engines.train_settings import TrainSettings
 from or1.hybrid.worker import GPU_BACKEND
 
 pytestmark = [

@@ -13,10 +13,11 @@ import torch.distributed as dist
 
 from gloo_ranks import spawn_ranks
 from or1.algos.losses import LossConfig, token_log_probs
-from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
+from or1.engines.fsdp_actor import FSDPTrainEngine
 from or1.engines.loading import load_causal_lm
+from or1.engines.train_settings import TrainSettings
 from or1.hybrid.batch import Batch
-from or1.workers.actor_rollout_ref import pack_sequences
+from or1.workers.rollout_rows import pack_sequences
 
 PROMPT_W, RESPONSE_W = 12, 16
 

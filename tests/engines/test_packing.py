@@ -15,9 +15,11 @@ from test_fsdp_engine import PROMPT_W, RESPONSE_W, make_batch
 
 from gloo_ranks import spawn_ranks
 from or1.algos.losses import LossConfig
-from or1.engines.fsdp import FSDPCriticEngine, FSDPTrainEngine, TrainSettings
+from or1.engines.fsdp_actor import FSDPTrainEngine
+from or1.engines.fsdp_critic import FSDPCriticEngine
 from or1.engines.loading import load_causal_lm
 from or1.engines.packing import pack_rows, packed_window, padded_window, token_budget_slices
+from or1.engines.train_settings import TrainSettings
 from or1.hybrid.batch import Batch
 
 

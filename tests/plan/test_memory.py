@@ -19,7 +19,7 @@ from or1.engines.packing import packed_window, padded_window
 from or1.plan import memory
 from or1.plan.memory import Window, saved_activations
 from or1.plan.model import ModelShape, read_model_shape
-from or1.workers.actor_rollout_ref import pack_sequences
+from or1.workers.rollout_rows import pack_sequences
 
 # A small Qwen2 with an odd vocabulary: FSDP2's dim-0 chunks are uneven, so rank 0's shard is the larger one.
 CONFIG = {
@@ -136,7 +136,8 @@ def test_saved_activations_within_10_percent(tmp_path, packed, checkpointing):
 
 # ---- FSDP2 shards --------------------------------------------------------------------------------------------------------
 def _shard_rank(rank: int, world: int, init_file: str, model_dir: str, out_file: str) -> None:
-    from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
+    from or1.engines.fsdp_actor import FSDPTrainEngine
+    from or1.engines.train_settings import TrainSettings
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.set_num_threads(1)

@@ -3,10 +3,13 @@
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from or1.config.loading import resolve
+from or1.hybrid.batch import Batch
+from or1.hybrid.columns import ABILITY, RESPONSE_MASK, RESPONSE_TEXT, REWARD_MODEL, SCORES, TRUNCATED
 from or1.trainer.metrics import progress_line
-from or1.trainer.validation import is_due, load_validation_sets
+from or1.trainer.validation import ValidationSet, is_due, load_validation_sets, validate
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 
@@ -68,3 +71,38 @@ def test_a_validation_set_can_sample_its_own_k_and_budget(tmp_path, tiny_model_d
     assert (first.name, first.n, first.max_response_length) == ("math", 5, 96)
     assert (second.name, second.n, second.max_response_length) == ("code", 3, 80)
     assert list(second.prompts["ability"]) == ["code", "code"]
+
+
+def test_validation_asks_each_set_at_its_own_n_and_budget_with_the_same_seeds_every_time():
+    """What validate asks the rollout workers: each set's n and budget (the recipe's rollout budget when it has
+    none), every temperature at validation's top_p, and no step, so every validation samples with the same seeds."""
+    settings = ["model.path=unused", "trainer.seed=42", "data.validation.temperatures=[0.6,1.0]"]
+    cfg = resolve(RECIPE, 1, [*settings, "data.validation.top_p=0.95", "rollout.max_response_length=40"])
+    prompts = Batch.from_dict({"prompt_ids": [[1], [2]], ABILITY: ["math"] * 2, REWARD_MODEL: [{}, {}]})
+    sets = [ValidationSet("a", prompts, 0, 3, None), ValidationSet("b", prompts, 0, 2, 80)]
+    asked = []
+
+    class Actor:
+        def generate_sequences(self, prompts, request):
+            asked.append(request)
+            rows = len(prompts) * request.n
+            tensors = {TRUNCATED: torch.zeros(rows, dtype=torch.bool), RESPONSE_MASK: torch.ones(rows, 4)}
+            return Batch(
+                tensors, {ABILITY: ["math"] * rows, RESPONSE_TEXT: [""] * rows, REWARD_MODEL: [{}] * rows}
+            )
+
+    class Rewards:
+        def compute_scores(self, batch):
+            return Batch({SCORES: torch.ones(len(batch))})
+
+    metrics = validate(sets, Actor(), Rewards(), cfg)
+    assert metrics["val/b/t0.6/avg@2"] == 1.0 and metrics["val/a/t1/length_mean"] == 4.0
+    seen = [(r.n, r.temperature, r.top_p, r.max_response_length, r.step) for r in asked]
+    assert seen == [
+        (3, 0.6, 0.95, 40, None),
+        (3, 1.0, 0.95, 40, None),
+        (2, 0.6, 0.95, 80, None),
+        (2, 1.0, 0.95, 80, None),
+    ]
+    # validation's seed, pinned from the formula before SamplingRequest: trainer.seed + 7919, step 0
+    assert {r.engine_seed(0) for r in asked} == {1_518_572_942}

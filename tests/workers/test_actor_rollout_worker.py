@@ -13,6 +13,7 @@ from or1.errors import UserError
 from or1.hybrid.cluster import ray_session
 from or1.hybrid.columns import REWARD_COLUMNS
 from or1.hybrid.resource_pool import ResourcePool
+from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker_group import colocate
 from or1.scoring import RewardManager
 from or1.tokens import load_tokenizer
@@ -63,8 +64,8 @@ def groups(ray_cluster, tiny_model_dir: Path, tiny_data_dir: Path):
 
 def test_generate_score_log_prob_update_roundtrip(groups, tmp_path: Path) -> None:
     cfg, actor, reward, loader = groups
-    prompts = loader.next_batch(1)
-    batch = actor.generate_sequences(prompts)
+    prompts, request = loader.next_batch(1), SamplingRequest.training(cfg, 1)
+    batch = actor.generate_sequences(prompts, request)
     assert len(batch) == 4 * N
     assert list(batch.non_tensor["uid"]) == [u for u in prompts.non_tensor["uid"] for _ in range(N)]
     lengths = batch.tensors["response_mask"].sum(-1)
@@ -99,8 +100,10 @@ def test_generate_score_log_prob_update_roundtrip(groups, tmp_path: Path) -> Non
     )  # the update moved it
     actor.save_checkpoint(str(tmp_path))
     assert (tmp_path / "model" / "config.json").is_file() and (tmp_path / "rng_rank1.pt").is_file()
-    again = actor.generate_sequences(prompts)  # same step, same seed, same weights: the same samples
-    assert torch.equal(again.tensors["responses"], actor.generate_sequences(prompts).tensors["responses"])
+    again = actor.generate_sequences(prompts, request)  # same step, same seed, same weights: the same samples
+    assert torch.equal(
+        again.tensors["responses"], actor.generate_sequences(prompts, request).tensors["responses"]
+    )
 
 
 def test_a_failing_worker_names_group_rank_and_method(

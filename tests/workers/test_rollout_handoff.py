@@ -12,7 +12,9 @@ import torch
 from or1.config.loading import resolve
 from or1.engines.rollout import FinishedRow
 from or1.hybrid.batch import Batch
+from or1.hybrid.sampling import SamplingRequest
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
+from or1.workers.weight_handoff import WeightHandoff
 
 
 class FakeActor:
@@ -62,20 +64,23 @@ class FakeTokenizer:
 
 def worker(calls: list[str], *, stale: bool, fail: bool = False) -> ActorRolloutRefWorker:
     w = ActorRolloutRefWorker.__new__(ActorRolloutRefWorker)  # no process group, no models: only the hand-off
-    # the push self-test has its own tests (test_weight_sync.py); these fakes only record the hand-off order
-    w.cfg = resolve("tiny", 1, ["model.path=unused", "rollout.n=2", "rollout.weight_sync_check=false"])
+    w.cfg = CFG
     w.actor, w.rollout, w.tokenizer = FakeActor(calls), FakeRollout(calls, fail), FakeTokenizer()
+    # the push self-test has its own tests (test_weight_handoff.py); these fakes only record the hand-off order
+    w.handoff = WeightHandoff(w.actor, w.rollout, w.tokenizer, check=False, tolerance=0.0)
     w.tp_group, w.tp_index = None, 0
-    w.weights_version, w.rollout_version = (1, 0) if stale else (0, 0)
+    w.weights_version = 1 if stale else 0  # the engine holds version 0
     return w
 
 
-PROMPTS = Batch.from_dict({"prompt_ids": [[1, 2], [3]]}, meta={"step": 1})
+CFG = resolve("tiny", 1, ["model.path=unused", "rollout.n=2"])
+PROMPTS = Batch.from_dict({"prompt_ids": [[1, 2], [3]]})
+STEP_1 = SamplingRequest.training(CFG, 1)
 
 
 def test_generation_after_an_update_pushes_weights_between_the_two_wakes():
     calls: list[str] = []
-    out = worker(calls, stale=True).generate_sequences(PROMPTS)
+    out = worker(calls, stale=True).generate_sequences(PROMPTS, STEP_1)
     assert calls == [
         "rollout.wake_up(weights)",
         "actor.gather",
@@ -98,10 +103,9 @@ def test_finished_rows_stream_out_keyed_by_their_row_in_the_controllers_batch(mo
             "prompt_ids": [[1, 2], [3]],
             "ability": ["math", "code"],
             "reward_model": [{"ground_truth": "1"}, {"ground_truth": "2"}],
-        },
-        meta={"step": 1},
+        }
     )
-    *parts, batch = worker([], stale=False).stream_sequences(prompts)
+    *parts, batch = worker([], stale=False).stream_sequences(prompts, STEP_1)
     rows = [row for part in parts for row in part]
     assert [row["key"] for row in rows] == [7, 6, 5, 4] and len(
         parts
@@ -119,7 +123,7 @@ def test_a_tensor_parallel_rank_keeps_its_own_rows_of_the_groups_call(monkeypatc
     monkeypatch.setenv("RANK", "1")
     w = worker([], stale=False)
     monkeypatch.setattr(w, "_tensor_parallel_share", lambda mine: ([[9], [9, 9]] + mine, slice(2, 4)))
-    out = w.generate_sequences(PROMPTS)
+    out = w.generate_sequences(PROMPTS, STEP_1)
     assert list(out["response_text"]) == [f"7 {8 + i}" for i in range(4, 8)]
     assert out["response_length"].tolist() == [2, 2, 2, 2]
 
@@ -127,9 +131,9 @@ def test_a_tensor_parallel_rank_keeps_its_own_rows_of_the_groups_call(monkeypatc
 def test_unchanged_weights_are_not_pushed_again():
     calls: list[str] = []
     w = worker(calls, stale=True)
-    w.generate_sequences(PROMPTS)
+    w.generate_sequences(PROMPTS, STEP_1)
     calls.clear()
-    w.generate_sequences(PROMPTS)
+    w.generate_sequences(PROMPTS, STEP_1)
     assert calls == [
         "rollout.wake_up(weights)",
         "actor.offload",
@@ -143,5 +147,5 @@ def test_unchanged_weights_are_not_pushed_again():
 def test_a_failed_generation_still_gives_the_gpu_back_to_the_actor():
     calls: list[str] = []
     with pytest.raises(RuntimeError, match="out of memory"):
-        worker(calls, stale=False, fail=True).generate_sequences(PROMPTS)
+        worker(calls, stale=False, fail=True).generate_sequences(PROMPTS, STEP_1)
     assert calls[-3:] == ["rollout.generate", "rollout.sleep", "actor.onload"]

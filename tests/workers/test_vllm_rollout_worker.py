@@ -16,6 +16,7 @@ from or1.config.loading import resolve
 from or1.hybrid.cluster import ray_session
 from or1.hybrid.columns import SEQUENCE_COLUMNS, UPDATE_COLUMNS
 from or1.hybrid.resource_pool import ResourcePool
+from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker_group import colocate
 from or1.tokens import load_tokenizer
 from or1.trainer.prompt_loader import PromptLoader
@@ -51,15 +52,15 @@ def vllm_actor(tiny_model_dir: Path, tiny_data_dir: Path):
         loader = PromptLoader(
             cfg.data.train_files, load_tokenizer(tiny_model_dir), batch_size=4, max_prompt_length=32, seed=0
         )
-        yield actor, loader
+        yield actor, loader, cfg
         actor.shutdown()
 
 
 def test_vllm_log_probs_match_the_actor_before_and_after_updates(vllm_actor) -> None:
-    actor, loader = vllm_actor
+    actor, loader, cfg = vllm_actor
     gaps = []
     for step in range(1, 5):  # step 1 samples the start weights; each later one follows an update
-        batch = actor.generate_sequences(loader.next_batch(step))
+        batch = actor.generate_sequences(loader.next_batch(step), SamplingRequest.training(cfg, step))
         mask = batch.tensors["response_mask"].bool()
         old = actor.compute_log_prob(batch.only(SEQUENCE_COLUMNS)).tensors["old_log_probs"]
         rollout = batch.tensors["rollout_log_probs"]
@@ -73,9 +74,9 @@ def test_vllm_log_probs_match_the_actor_before_and_after_updates(vllm_actor) -> 
 
 
 def test_seeded_vllm_rollouts_repeat(vllm_actor) -> None:
-    actor, loader = vllm_actor
-    prompts = loader.next_batch(9)
-    first = actor.generate_sequences(prompts)
-    again = actor.generate_sequences(prompts)
+    actor, loader, cfg = vllm_actor
+    prompts, request = loader.next_batch(9), SamplingRequest.training(cfg, 9)
+    first = actor.generate_sequences(prompts, request)
+    again = actor.generate_sequences(prompts, request)
     assert torch.equal(first.tensors["responses"], again.tensors["responses"])
     assert torch.equal(first.tensors["truncated"], again.tensors["truncated"])

@@ -1,11 +1,12 @@
-"""The training engines: Hugging Face models sharded with FSDP2, their AdamW optimisers, and the passes RL needs.
+"""The training engines' shared machinery: a Hugging Face model sharded with FSDP2, its AdamW optimiser, the passes.
 
-`FSDPTrainEngine` is the policy (a causal LM: log-probs, entropy, the PPO-clip update); `FSDPCriticEngine` is PPO's
-critic (the same architecture with a value head: values, the clipped value update). One engine of each role lives
-in every data-parallel rank (ActorRolloutRef and Critic workers, colocated). `torch.distributed` must already be
-initialised (gloo on CPU; on GPU nccl for CUDA tensors and gloo for the CPU tensors of the bookkeeping collectives);
-every method that touches the model is collective: all ranks call it with shards of equal size (DP_COMPUTE dispatch
-guarantees that, and the engine pads the micro-batch count anyway).
+`FSDPEngine` is what both roles build on: the policy (`fsdp_actor.FSDPTrainEngine`: log-probs, entropy, the PPO-clip
+update) and PPO's critic (`fsdp_critic.FSDPCriticEngine`: values, the clipped value update). One engine of each role
+lives in every data-parallel rank (ActorRolloutRef and Critic workers, colocated); `train_settings` holds what they
+read from the recipe. `torch.distributed` must already be initialised (gloo on CPU; on GPU nccl for CUDA tensors and
+gloo for the CPU tensors of the bookkeeping collectives); every method that touches the model is collective: all
+ranks call it with shards of equal size (DP_COMPUTE dispatch guarantees that, and the engine pads the micro-batch
+count anyway).
 
 Batch layout (tensors, first dim = sequences): `input_ids` / `attention_mask` [B, P + R] with left-padded prompts
 and right-padded responses, `responses` / `response_mask` [B, R] (the last R columns of input_ids; response_mask
@@ -17,12 +18,10 @@ which transformers builds a mask that keeps attention inside each sequence), so 
 tokens; without it, the micro-batch is cut to its longest prompt and response and padded. Either way the outputs
 come back in the [b, R] layout above. On the CPU, attention goes through `attention.grouped_sdpa`.
 
-On CUDA (`TrainSettings.from_config` with a cuda device): parameters are kept in float32 and FSDP2's
-MixedPrecisionPolicy computes in model.dtype (bfloat16) with float32 gradient reduction; `actor.offload` moves the
-sharded parameters and optimizer state to host memory between phases (`offload` / `onload`, called by the worker
-around the colocated rollout); `actor.fsdp_cpu_offload` keeps them on the host all the time (FSDP2's
-CPUOffloadPolicy: the optimizer steps on the CPU). Micro-batches move to the device inside the passes and results
-come back on the CPU.
+On CUDA the settings' mixed-precision and offload policies (`train_settings.fsdp_policies`) go to fully_shard;
+`actor.offload` moves the sharded parameters and optimizer state to host memory between phases (`offload` /
+`onload`, called by the worker around the colocated rollout). Micro-batches move to the device inside the passes and
+results come back on the CPU.
 
 Sequence parallelism (settings.sequence_parallel_size = sp > 1, see `ulysses`): the world is a (dp, sp) mesh whose
 sp groups are consecutive ranks; FSDP still shards over all ranks. Each rank receives its own DP_COMPUTE share; the
@@ -32,11 +31,8 @@ each packed into one row and split token-wise over the group, and each returns t
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 import torch
 import torch.distributed as dist
@@ -48,122 +44,24 @@ from torch.distributed.checkpoint.state_dict import (
     set_optimizer_state_dict,
 )
 from torch.distributed.device_mesh import init_device_mesh
-from torch.distributed.fsdp import CPUOffloadPolicy, FSDPModule, MixedPrecisionPolicy, fully_shard
+from torch.distributed.fsdp import FSDPModule, fully_shard
 from transformers import PreTrainedModel
 
-from or1.algos.aggregation import loss_denominators, masked_mean
-from or1.algos.losses import LossConfig, entropy_from_logits, policy_loss, token_log_probs, value_loss
+from or1.algos.aggregation import loss_denominators
 from or1.engines import ulysses
 from or1.engines.attention import use_grouped_sdpa
-from or1.engines.loading import load_causal_lm, load_value_model
 from or1.engines.packing import Window, even_slices, packed_window, padded_window, token_budget_slices
+from or1.engines.train_settings import TrainSettings, fsdp_policies
 from or1.errors import UserError
 from or1.hybrid.batch import Batch
-from or1.hybrid.columns import (
-    ADVANTAGES,
-    ATTENTION_MASK,
-    ENTROPY,
-    INPUT_IDS,
-    IS_WEIGHTS,
-    LOG_PROBS,
-    OLD_LOG_PROBS,
-    REF_LOG_PROBS,
-    RESPONSE_MASK,
-    RETURNS,
-    VALUES,
-)
-
-if TYPE_CHECKING:
-    from or1.config.schema import ActorConfig, CriticConfig, RunConfig
-
-# The token-classification head's output trips FSDP2's warning about in-place ops on view outputs; the critic only
-# slices its logits out of place.
-warnings.filterwarnings(
-    "ignore", message=r"FSDP2-wrapped module \(FSDP\w+ForTokenClassification\) returned a view"
-)
+from or1.hybrid.columns import ATTENTION_MASK, INPUT_IDS, RESPONSE_MASK
 
 # micro-batch tensors -> outputs [b, R] by name (an inference pass)
 MicroForward = Callable[[dict[str, torch.Tensor]], dict[str, torch.Tensor]]
 # (micro-batch tensors, global tokens / world size, global sequences / world size) -> (loss, metrics with `tokens`)
 MicroLoss = Callable[[dict[str, torch.Tensor], float, float], tuple[torch.Tensor, dict[str, float]]]
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 OPTIMIZER_FILE = "optimizer.pt"
-
-
-@dataclass(frozen=True)
-class TrainSettings:
-    """What an engine needs from the recipe (actor.* or critic.*, and model.*), in one typed place."""
-
-    dtype: str = "float32"  # parameter (and optimizer state) dtype
-    device: str = "cpu"
-    mixed_precision: str | None = None  # FSDP2 compute dtype (CUDA only); gradients are reduced in float32
-    offload: bool = False  # move parameters and optimizer state to the host between phases (CUDA)
-    fsdp_cpu_offload: bool = False  # FSDP2 CPUOffloadPolicy: keep them on the host all the time (CUDA)
-    gradient_checkpointing: bool = False
-    lr: float = 1e-6
-    betas: tuple[float, float] = (0.9, 0.999)
-    weight_decay: float = 0.0
-    warmup_steps: int = 0
-    grad_clip: float = 1.0
-    micro_batch_size: int = 8  # sequences per forward / backward
-    max_tokens_per_micro_batch: int | None = None  # micro-batches by token budget instead of micro_batch_size
-    remove_padding: bool = False  # pack each micro-batch's sequences end to end into rows (no pad tokens)
-    mini_batches: int = 1  # optimizer steps per pass over a batch (batch_size / ppo_mini_batch_size)
-    epochs: int = 1  # passes over each batch
-    sequence_parallel_size: int = 1  # ranks that split each packed micro-batch's tokens (Ulysses)
-
-    @classmethod
-    def from_config(
-        cls, cfg: RunConfig, section: ActorConfig | CriticConfig | None = None, device: str = "cpu"
-    ) -> TrainSettings:
-        """Settings of the actor (default) or of the optimiser section given (cfg.critic) on `device` (the rank's
-        resolved device: "cpu" or "cuda[:i]").
-
-        CPU: everything in float32 (CPU kernels want it), no offload. CUDA: float32 parameters with model.dtype as
-        the mixed-precision compute dtype, and the section's offload settings (the actor's; the critic has none).
-        """
-        actor = section if section is not None else cfg.actor
-        # the critic's None means the actor's mini-batch size
-        mini_batch = actor.ppo_mini_batch_size or cfg.actor.ppo_mini_batch_size
-        on_gpu = torch.device(device).type == "cuda"
-        mixed = cfg.model.dtype if on_gpu and cfg.model.dtype != "float32" else None
-        return cls(
-            dtype="float32",
-            device=device,
-            mixed_precision=mixed,
-            offload=on_gpu and getattr(actor, "offload", False),
-            fsdp_cpu_offload=on_gpu and getattr(actor, "fsdp_cpu_offload", False),
-            gradient_checkpointing=cfg.model.gradient_checkpointing,
-            lr=actor.lr,
-            betas=tuple(actor.betas),
-            weight_decay=actor.weight_decay,
-            warmup_steps=actor.warmup_steps,
-            grad_clip=actor.grad_clip,
-            micro_batch_size=actor.micro_batch_size,
-            max_tokens_per_micro_batch=actor.max_tokens_per_micro_batch,
-            remove_padding=actor.remove_padding,
-            mini_batches=max(1, cfg.trainer.batch_size // mini_batch),
-            epochs=actor.ppo_epochs,
-            sequence_parallel_size=actor.sequence_parallel_size,
-        )
-
-    @property
-    def compute_dtype(self) -> str:
-        """The dtype the forward passes run in (the rollout engine's dtype too)."""
-        return self.mixed_precision or self.dtype
-
-
-def fsdp_policies(settings: TrainSettings) -> dict[str, object]:
-    """fully_shard's mixed-precision and offload policies for these settings (empty on CPU: plain float32)."""
-    policies: dict[str, object] = {}
-    if settings.mixed_precision:
-        policies["mp_policy"] = MixedPrecisionPolicy(
-            param_dtype=DTYPES[settings.mixed_precision], reduce_dtype=torch.float32
-        )
-    if settings.fsdp_cpu_offload:
-        policies["offload_policy"] = CPUOffloadPolicy(pin_memory=True)
-    return policies
 
 
 class FSDPEngine:
@@ -465,149 +363,6 @@ class FSDPEngine:
                         state[key] = value.to(device)
         if device.type == "cuda":
             torch.cuda.synchronize(device)
-
-
-class FSDPTrainEngine(FSDPEngine):
-    """The policy (actor, or the frozen reference when trainable=False): a causal LM under FSDP2."""
-
-    def __init__(self, model_path: str | Path, settings: TrainSettings, *, trainable: bool = True):
-        super().__init__(
-            load_causal_lm(model_path, dtype=DTYPES[settings.dtype]), settings, trainable=trainable
-        )
-        self.on_policy_log_probs: torch.Tensor | None = None  # the last on-policy train_step's old log-probs
-
-    def _forward(
-        self,
-        micro: dict[str, torch.Tensor],
-        temperature: float,
-        with_entropy: bool,
-        entropy_grad: bool = True,
-    ):
-        """Log-probs (and entropy, without its graph unless entropy_grad) [b, R] of one micro-batch's responses."""
-        window = self._window(micro)
-        if self.sp_group is not None:  # every position's outputs on this rank's slice, gathered, then picked
-
-            def per_token(logits: torch.Tensor, next_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-                out = {LOG_PROBS: token_log_probs(logits, next_tokens, temperature)}
-                if with_entropy:
-                    out[ENTROPY] = entropy_from_logits(
-                        logits if entropy_grad else logits.detach(), temperature
-                    )
-                return out
-
-            outs = self._sequence_parallel_forward(window, per_token)
-            log_probs, entropy = window.picked(outs[LOG_PROBS]), outs.get(ENTROPY)
-            entropy = window.picked(entropy) if entropy is not None else None
-        else:
-            logits = window.kept(
-                self.model(**window.inputs, use_cache=False, logits_to_keep=window.logits_to_keep).logits
-            )
-            log_probs = token_log_probs(logits, window.targets, temperature)
-            entropy = None
-            if with_entropy:
-                entropy = entropy_from_logits(logits if entropy_grad else logits.detach(), temperature)
-        return window.scatter(log_probs), window.scatter(entropy) if entropy is not None else None
-
-    def log_probs(self, batch: Batch, *, temperature: float, with_entropy: bool = False) -> Batch:
-        """Per-token log-probs (key `log_probs`) and optionally full-vocabulary entropy (`entropy`), [B, R]."""
-
-        def forward(micro: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-            log_probs, entropy = self._forward(micro, temperature, with_entropy)
-            return {LOG_PROBS: log_probs} | ({ENTROPY: entropy} if entropy is not None else {})
-
-        return self._inference(batch, forward)
-
-    def train_step(
-        self, batch: Batch, loss_cfg: LossConfig, *, temperature: float, entropy_coef: float = 0.0
-    ) -> dict[str, float]:
-        """One PPO-clip update (see `FSDPEngine._update`); the entropy term only when entropy_coef is non-zero.
-
-        Without an `old_log_probs` column the update is on-policy (one mini-batch, one epoch): the old log-probs
-        are this forward's own, detached, which is what a separate pass with the same weights would give; the
-        full-vocabulary `entropy` metric is then computed here in its place. The metric `sampled_entropy` is the
-        mean negative log-prob of the loss tokens under the weights before the step (the entropy controller's e_k).
-        On-policy, those old log-probs [B, R] are kept in `on_policy_log_probs` (the sampler-mismatch metrics read
-        them); an `rollout_is_weights` column multiplies each token's policy-gradient loss.
-        """
-        on_policy = OLD_LOG_PROBS not in batch.tensors
-        if on_policy and (self.settings.mini_batches, self.settings.epochs) != (1, 1):
-            raise ValueError(
-                "train_step without old_log_probs needs one mini-batch and one epoch (an on-policy update)"
-            )
-        # the full-vocabulary entropy costs a pass over the logits; its graph only when it is in the loss
-        need_entropy = entropy_coef != 0.0 or on_policy
-        old_parts: list[torch.Tensor] = []
-
-        def micro_loss(micro: dict[str, torch.Tensor], num_tokens: float, num_seqs: float):
-            log_probs, entropy = self._forward(micro, temperature, need_entropy, entropy_coef != 0.0)
-            current = log_probs.detach()
-            if on_policy:
-                old_parts.append(current.cpu())
-            loss, metrics = policy_loss(
-                log_probs,
-                current if on_policy else micro[OLD_LOG_PROBS],
-                micro[ADVANTAGES],
-                micro[RESPONSE_MASK],
-                loss_cfg,
-                entropy=entropy,
-                entropy_coef=entropy_coef,
-                ref_log_probs=micro.get(REF_LOG_PROBS),
-                is_weights=micro.get(IS_WEIGHTS),
-                num_tokens=num_tokens,
-                num_seqs=num_seqs,
-            )
-            metrics["sampled_entropy"] = masked_mean(-current, micro[RESPONSE_MASK])
-            return loss, metrics
-
-        metrics = self._update(batch.tensors, micro_loss)
-        if on_policy:  # one mini-batch: its micro-batches in row order, padding micro-batches last
-            self.on_policy_log_probs = self._own_rows(torch.cat(old_parts), len(batch))
-        return metrics
-
-    def _own_rows(self, pooled: torch.Tensor, rows: int) -> torch.Tensor:
-        """This rank's `rows` of outputs computed over its SP group's pooled rows (all of them without SP)."""
-        if self.sp_group is None:
-            return pooled[:rows]
-        sizes: list[int | None] = [None] * self.sp
-        dist.all_gather_object(sizes, rows, group=self.sp_group)
-        start = sum(sizes[: dist.get_rank(self.sp_group)])
-        return pooled[start : start + rows]
-
-
-class FSDPCriticEngine(FSDPEngine):
-    """The critic of PPO with GAE: the policy's architecture with a scalar value head (token classification)."""
-
-    def __init__(self, model_path: str | Path, settings: TrainSettings, *, cliprange_value: float):
-        super().__init__(load_value_model(model_path, dtype=DTYPES[settings.dtype]), settings)
-        self.cliprange_value = cliprange_value
-
-    def _forward(self, micro: dict[str, torch.Tensor]) -> torch.Tensor:
-        """Values [b, R]: V_t is read where the policy's logits for response token t are (the state before it)."""
-        window = self._window(micro)
-        if self.sp_group is not None:
-            outs = self._sequence_parallel_forward(window, lambda logits, _: {VALUES: logits[..., 0].float()})
-            return window.scatter(window.picked(outs[VALUES]))
-        out = self.model(**window.inputs, use_cache=False)
-        return window.scatter(window.picked(out.logits)[..., 0].float())
-
-    def values(self, batch: Batch) -> Batch:
-        """The critic's values (key `values`) of every response token, [B, R]."""
-        return self._inference(batch, lambda micro: {VALUES: self._forward(micro)})
-
-    def train_step(self, batch: Batch) -> dict[str, float]:
-        """One clipped value-regression update towards `returns` (see `FSDPEngine._update`)."""
-
-        def micro_loss(micro: dict[str, torch.Tensor], num_tokens: float, num_seqs: float):
-            return value_loss(
-                self._forward(micro),
-                micro[VALUES],
-                micro[RETURNS],
-                micro[RESPONSE_MASK],
-                cliprange=self.cliprange_value,
-                num_tokens=num_tokens,
-            )
-
-        return self._update(batch.tensors, micro_loss)
 
 
 def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:

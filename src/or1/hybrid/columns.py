@@ -33,7 +33,7 @@ REWARD_SECONDS = "reward_seconds"  # meta of a scored batch: {ability: seconds i
 REWARD_HIDDEN = "reward_hidden"  # meta: seconds of scoring that ran while the rows were still being generated
 REWARDS = "rewards"  # [B]: the score after the truncation policy
 
-# Actor, reference and critic passes (engines/fsdp.py through the workers)
+# Actor, reference and critic passes (engines/fsdp_actor.py, fsdp_critic.py through the workers)
 LOG_PROBS = "log_probs"  # [B, R]: what an engine's log-prob pass returns
 ENTROPY = "entropy"  # [B, R]: full-vocabulary entropy of the old policy
 OLD_LOG_PROBS = "old_log_probs"  # [B, R]

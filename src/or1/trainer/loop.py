@@ -31,6 +31,7 @@ from or1.hybrid.columns import (
     UID,
     UPDATE_COLUMNS,
 )
+from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker_group import WorkerGroup
 from or1.scoring import RewardManager
 from or1.stop import StopFlag
@@ -160,7 +161,8 @@ def sample_round(t: Trainer, step: int, round_: int, timer: PhaseTimer) -> Batch
         session.submit([row.pop("key") for row in rows], rows)
 
     with timer("generate"):
-        batch = t.actor.stream("stream_sequences", score_finished, t.loader.next_batch(step, round_))
+        prompts, request = t.loader.next_batch(step, round_), SamplingRequest.training(t.cfg, step, round_)
+        batch = t.actor.stream("stream_sequences", score_finished, prompts, request)
     with timer("reward"):
         scored = t.rewards.compute_scores(batch.only(REWARD_COLUMNS), session)
         batch = truncation_policy(batch.union(Batch(scored.tensors, scored.non_tensor)), t.cfg.algorithm)

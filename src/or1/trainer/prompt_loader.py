@@ -70,9 +70,10 @@ class PromptLoader:
         return np.random.default_rng([self.seed, epoch]).permutation(len(self.rows))
 
     def next_batch(self, step: int, round_: int = 0) -> Batch:
-        """The next batch_size prompts; meta carries the step and seed (the rollout's sampling seed derives from it).
+        """The next batch_size prompts of step `step`, their uids the GRPO groups.
 
-        `round_` > 0 are the extra sampling rounds of a refilled (dynamic-sampling) step: distinct uids and seeds.
+        `round_` > 0 are the extra sampling rounds of a refilled (dynamic-sampling) step: distinct uids (and, in its
+        SamplingRequest, seeds).
         """
         if self.state.position + self.batch_size > len(self.rows):
             self.state = LoaderState(epoch=self.state.epoch + 1, position=0)
@@ -88,7 +89,7 @@ class PromptLoader:
             REWARD_MODEL: [dict(row["reward_model"]) for row, _ in picked],
             DATA_SOURCE: [row["data_source"] for row, _ in picked],
         }
-        return Batch.from_dict(columns, meta={"step": step, "seed": self.seed + 1_000_003 * round_})
+        return Batch.from_dict(columns)
 
     def state_dict(self) -> dict[str, int]:
         return {"epoch": self.state.epoch, "position": self.state.position}

@@ -26,6 +26,7 @@ from or1.hybrid.columns import (
     UID,
 )
 from or1.hybrid.dispatch import balanced_order
+from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker_group import WorkerGroup
 from or1.scoring import RewardManager
 from or1.tokens import prompt_ids
@@ -63,8 +64,12 @@ def load_validation_sets(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> 
             ABILITY: [row["ability"] for row, _ in kept],
             REWARD_MODEL: [dict(row["reward_model"]) for row, _ in kept],
         }
-        n, budget = spec.n or val.n, spec.max_response_length or val.max_response_length
-        sets.append(ValidationSet(data.name, Batch.from_dict(columns), len(encoded) - len(kept), n, budget))
+        n, max_response_length = spec.n or val.n, spec.max_response_length or val.max_response_length
+        sets.append(
+            ValidationSet(
+                data.name, Batch.from_dict(columns), len(encoded) - len(kept), n, max_response_length
+            )
+        )
     return sets
 
 
@@ -79,24 +84,14 @@ def validate(
     val = cfg.data.validation
     metrics: dict[str, float] = {}
     for vset in sets:
-        budget = vset.max_response_length or cfg.rollout.max_response_length
+        max_response_length = vset.max_response_length or cfg.rollout.max_response_length
         for temperature in val.temperatures:
-            # No step in the meta: every validation samples with the same seeds (common random numbers), so the
-            # difference between two validations is the models', not the dice's.
-            prompts = Batch(
-                vset.prompts.tensors,
-                vset.prompts.non_tensor,
-                {
-                    "seed": cfg.trainer.seed + 7919,
-                    "sampling": {
-                        "n": vset.n,
-                        "temperature": temperature,
-                        "top_p": val.top_p,
-                        "max_response_length": budget,
-                    },
-                },
+            # No step: every validation samples with the same seeds (common random numbers), so the difference
+            # between two validations is the models', not the dice's.
+            request = SamplingRequest(
+                vset.n, temperature, val.top_p, max_response_length, cfg.trainer.seed, step=None
             )
-            out = actor.generate_sequences(prompts)
+            out = actor.generate_sequences(vset.prompts, request)
             scores = rewards.compute_scores(out.only(REWARD_COLUMNS)).tensors[SCORES]
             prefix = f"val/{vset.name}/t{temperature:g}"
             metrics[f"{prefix}/avg@{vset.n}"] = float(scores.mean())

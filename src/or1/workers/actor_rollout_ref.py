@@ -2,26 +2,17 @@
 
 One instance per data-parallel rank, all three roles in the same process so weights move from training to sampling
 in memory: before a generation that follows an update, the rollout engine (`rollout.engine`: the HF loop or vLLM)
-receives the actor's weights through `load_weights(actor.named_full_params())`, streamed layer by layer.
-
-On a GPU the actor and the rollout engine take turns with the device's memory (`rollout_phase`): wake the rollout's
-weights, push the actor's weights when they changed, offload the actor (actor.offload), wake the rollout's KV cache,
-generate, put the rollout to sleep, onload the actor. On the CPU every one of those hand-off calls is a no-op. The
+receives the actor's weights, and on a GPU the two take turns with the device's memory (`weight_handoff`). The
 controller calls the @register methods through a WorkerGroup; DP_COMPUTE methods see only this rank's share.
 
-Columns produced by `generate_sequences` (B = prompts x n, P = max_prompt_length, R = the response budget):
-tensors `input_ids` / `attention_mask` [B, P + R] (prompt left-padded, response right-padded), `responses`,
-`response_mask`, `rollout_log_probs` [B, R] (the sampler's own log-probs), `truncated`, `response_length` [B];
-non-tensor `uid` (one per prompt: the GRPO group), `response_text`, and every non-tensor column of the prompts
-(repeated n times).
+`stream_sequences` / `generate_sequences` sample what the controller's SamplingRequest asks (`hybrid.sampling`); the
+columns they return are `rollout_rows`'.
 """
 
 from __future__ import annotations
 
 import os
 from collections.abc import Iterator
-from contextlib import contextmanager
-from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -31,36 +22,26 @@ import torch.distributed as dist
 from or1.algos.losses import LossConfig
 from or1.config.schema import RunConfig
 from or1.engines.loading import load_rollout_engine
-from or1.engines.rollout import FinishedRow, RolloutEngine, SamplingParams, gather
+from or1.engines.rollout import RolloutEngine, SamplingParams
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import (
-    ABILITY,
     ADVANTAGES,
-    ATTENTION_MASK,
     ENTROPY,
-    INPUT_IDS,
     IS_WEIGHTS,
     LOG_PROBS,
     OLD_LOG_PROBS,
     PROMPT_IDS,
     REF_LOG_PROBS,
-    RESPONSE_LENGTH,
-    RESPONSE_MASK,
-    RESPONSE_TEXT,
-    RESPONSES,
-    REWARD_MODEL,
-    ROLLOUT_LOG_PROBS,
     SEQUENCE_COLUMNS,
-    TRUNCATED,
 )
 from or1.hybrid.dispatch import Dispatch, register
+from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker import Worker
 from or1.layout import CHECKPOINT_MODEL_DIR, rank_rng_file
 from or1.rng import ProcessRNG
 from or1.tokens import load_tokenizer
-from or1.workers import weight_sync
-
-FINISHED_GROUPS = 8  # finished rows go to the controller in about this many groups per call
+from or1.workers.rollout_rows import FinishedRows
+from or1.workers.weight_handoff import WeightHandoff, tolerance
 
 
 class ActorRolloutRefWorker(Worker):
@@ -79,7 +60,8 @@ class ActorRolloutRefWorker(Worker):
         """Load tokenizer, FSDP2 actor, the rollout engine and (KL only) the reference policy."""
         # Imported here, in the rank's process: the controller imports this class only to dispatch to it, and the
         # training stack (FSDP2, transformers' model classes) costs seconds of CPU at start-up.
-        from or1.engines.fsdp import FSDPTrainEngine, TrainSettings
+        from or1.engines.fsdp_actor import FSDPTrainEngine
+        from or1.engines.train_settings import TrainSettings
 
         torch.manual_seed(self.cfg.trainer.seed + self.rank)
         settings = TrainSettings.from_config(self.cfg, device=str(self.device))
@@ -87,17 +69,21 @@ class ActorRolloutRefWorker(Worker):
         self.actor = FSDPTrainEngine(self.model_path, settings)
         self.rollout_dtype = self.cfg.rollout.dtype or settings.compute_dtype
         self.rollout = self._build_rollout(self.rollout_dtype)
-        self.sync_tolerance = weight_sync.tolerance(
-            self.cfg.rollout.weight_sync_tolerance, self.rollout_dtype, settings.compute_dtype
+        r = self.cfg.rollout
+        self.handoff = WeightHandoff(
+            self.actor,
+            self.rollout,
+            self.tokenizer,
+            check=r.weight_sync_check,
+            tolerance=tolerance(r.weight_sync_tolerance, self.rollout_dtype, settings.compute_dtype),
         )
-        # The rollout starts from the same folder as the actor; weights move again only after they change.
-        self.weights_version = self.rollout_version = 0
+        self.weights_version = 0  # the actor's: one more at every change (the rollout starts on version 0)
         self.step = 0  # the training step of the latest generation (validation samples after it)
         kl = self.cfg.algorithm.kl
         self.ref = FSDPTrainEngine(self.model_path, settings, trainable=False) if kl.enabled else None
         if self.ref is not None:
             self.ref.offload()  # needed only for its own pass (actor.offload)
-        self.rollout.sleep()  # the actor holds the GPU outside rollout_phase
+        self.rollout.sleep()  # the actor holds the GPU outside handoff.rollout_phase
         return {"rank": self.rank, "parameters": sum(p.numel() for p in self.actor.model.parameters())}
 
     def _build_rollout(self, dtype: str) -> RolloutEngine:
@@ -136,121 +122,44 @@ class ActorRolloutRefWorker(Worker):
 
     # ---- rollout ---------------------------------------------------------------------------------------------------
     @register(Dispatch.DP_COMPUTE)
-    def generate_sequences(self, prompts: Batch) -> Batch:
-        """Sample rollout.n responses per prompt with the current actor weights.
-
-        meta: step and seed (the sampling seed derives from them), and optionally `sampling` overriding n,
-        temperature, top_p and max_response_length (validation).
-        """
-        *_, batch = self.stream_sequences(prompts)
+    def generate_sequences(self, prompts: Batch, request: SamplingRequest) -> Batch:
+        """Sample request.n responses per prompt with the current actor weights (columns: `rollout_rows`)."""
+        *_, batch = self.stream_sequences(prompts, request)
         return batch
 
     @register(Dispatch.DP_COMPUTE)
-    def stream_sequences(self, prompts: Batch) -> Iterator[list[dict[str, Any]] | Batch]:
-        """`generate_sequences` that first yields what the verifiers read of each row as soon as it is final, in a
-        few groups per call, so the controller scores them while the other rows still decode; the last item is the
-        Batch. A row is {"key": its row in the controller's whole batch, "ability", "response", "reward_model"}:
-        the controller splits a batch into equal rank shares in rank order, so that row is rank x share + row here.
-        """
-        r = self.cfg.rollout
-        seed = _mix(
-            int(prompts.meta.get("seed", self.cfg.trainer.seed)),
-            int(prompts.meta.get("step", 0)),
-            self.tp_index,
-        )
-        override = prompts.meta.get("sampling", {})  # validation: its own n / temperature / top_p / budget
-        n = int(override.get("n", r.n))
-        budget = int(override.get("max_response_length", r.max_response_length))
-        sampling = SamplingParams(
-            n=n,
-            temperature=float(override.get("temperature", r.temperature)),
-            top_p=float(override.get("top_p", r.top_p)),
-            max_response_length=budget,
-            stop_token_ids=[],
-            seed=seed,
-        )
+    def stream_sequences(
+        self, prompts: Batch, request: SamplingRequest
+    ) -> Iterator[list[dict[str, Any]] | Batch]:
+        """`generate_sequences` that first yields the reward inputs of its rows as soon as they are final, in a few
+        groups per call (`rollout_rows.FinishedRows`), so the controller scores them while the other rows still
+        decode; the last item is the Batch."""
+        if request.step is not None:
+            self.step = request.step
+        where = f"step {self.step}" if request.step is not None else f"validation after step {self.step}"
+        sampling = self._sampling_params(request)
         prompt_ids = [list(p) for p in prompts[PROMPT_IDS]]
         group_prompts, mine = self._tensor_parallel_share(prompt_ids)
-        training = "step" in prompts.meta
-        self.step = int(prompts.meta["step"]) if training else self.step
-        where = f"step {self.step}" if training else f"validation after step {self.step}"
-        rows = range(mine.start * n, mine.stop * n)  # this rank's rows of its tensor-parallel group's call
-        readable = all(column in prompts for column in (ABILITY, REWARD_MODEL))
-        finished: list[FinishedRow] = []  # this rank's rows, indexed from 0
-        text: list[str] = [""] * len(rows)
-        ready: list[dict[str, Any]] = []
-        group = max(1, -(-len(rows) // FINISHED_GROUPS))
-        with self.rollout_phase(where):
+        rows = FinishedRows(prompts, mine, request.n, self.rank, self.tokenizer)
+        with self.handoff.rollout_phase(self.weights_version, where):
             for part in self.rollout.stream_ids(group_prompts, sampling):
-                mine_now = [row for row in part if row.index in rows]
-                decoded = self.tokenizer.batch_decode(
-                    [row.response for row in mine_now], skip_special_tokens=True
-                )
-                for row, words in zip(mine_now, decoded, strict=True):
-                    local = row.index - rows.start
-                    finished.append(replace(row, index=local))
-                    text[local] = words
-                    if readable:
-                        prompt = local // n
-                        ready.append(
-                            {
-                                "key": self.rank * len(rows) + local,
-                                ABILITY: prompts[ABILITY][prompt],
-                                "response": words,
-                                REWARD_MODEL: prompts[REWARD_MODEL][prompt],
-                            }
-                        )
-                if len(ready) >= group:
+                if ready := rows.add(part):
                     yield ready
-                    ready = []
-        if ready:
-            yield ready
-        out = gather([finished], len(rows))
-        repeated = prompts.drop([PROMPT_IDS]).repeat(n, interleave=True)
-        tensors = pack_sequences(
-            [p for p in prompt_ids for _ in range(n)],
-            out.responses,
-            self.cfg.data.max_prompt_length,
-            budget,
-            self.rollout.pad_token_id,
+        if rest := rows.rest():
+            yield rest
+        pad_id = self.rollout.pad_token_id
+        yield rows.batch(prompt_ids, self.cfg.data.max_prompt_length, request.max_response_length, pad_id)
+
+    def _sampling_params(self, request: SamplingRequest) -> SamplingParams:
+        """The engine's sampling for `request` on this rank's tensor-parallel group (its seed is the group's)."""
+        return SamplingParams(
+            n=request.n,
+            temperature=request.temperature,
+            top_p=request.top_p,
+            max_response_length=request.max_response_length,
+            stop_token_ids=[],
+            seed=request.engine_seed(self.tp_index),
         )
-        tensors[ROLLOUT_LOG_PROBS] = _pad_rows(out.log_probs, budget)
-        tensors[TRUNCATED] = torch.tensor(out.truncated, dtype=torch.bool)
-        yield repeated.union(Batch(tensors, {RESPONSE_TEXT: text}))
-
-    @contextmanager
-    def rollout_phase(self, where: str = "") -> Iterator[None]:
-        """The memory hand-off around a generation: the rollout engine holds the GPU inside the block, the actor
-        outside it. The weights push needs both (it gathers the actor's shards on the GPU into the woken weights),
-        so it runs before the actor leaves and before the KV cache comes back; its self-test scores the probe with
-        the actor before it leaves and with the engine once it can run (`where` names the step in its error)."""
-        self.rollout.wake_up(tags=["weights"])
-        probe = None
-        if self.rollout_version != self.weights_version:  # collective: every rank streams every tensor
-            self.push_weights()
-            self.rollout_version = self.weights_version
-            probe = self._actor_probe() if self.cfg.rollout.weight_sync_check else None
-        self.actor.offload()
-        self.rollout.wake_up(tags=["kv_cache"])
-        try:
-            if probe is not None:
-                engine = self.rollout.score_ids(probe[0])
-                weight_sync.check_push(engine, probe[1], self.sync_tolerance, where)
-            yield
-        finally:
-            self.rollout.sleep()
-            self.actor.onload()
-
-    def push_weights(self) -> None:
-        """Stream the actor's weights into the rollout engine (collective)."""
-        self.rollout.load_weights(self.actor.named_full_params())
-
-    def _actor_probe(self) -> tuple[list[int], list[float]]:
-        """The probe's token ids and the actor's log-probs of all but the first, at temperature 1 (collective)."""
-        ids = self.tokenizer(weight_sync.PROBE_TEXT, add_special_tokens=False)["input_ids"]
-        tensors = pack_sequences([ids[:1]], [ids[1:]], 1, len(ids) - 1, self.rollout.pad_token_id)
-        out = self.actor.log_probs(Batch(tensors).only(SEQUENCE_COLUMNS), temperature=1.0)
-        return ids, out.tensors[LOG_PROBS][0].tolist()
 
     def _tensor_parallel_share(self, prompt_ids: list[list[int]]) -> tuple[list[list[int]], slice]:
         """All prompts of this rank's tensor-parallel group (its engines serve them together) and this rank's slice.
@@ -339,38 +248,3 @@ class ActorRolloutRefWorker(Worker):
         self.actor.save(Path(path), with_optimizer=False)
         if self.rank == 0:
             self.tokenizer.save_pretrained(Path(path), save_jinja_files=False)
-
-
-def pack_sequences(
-    prompts: list[list[int]], responses: list[list[int]], prompt_width: int, response_width: int, pad_id: int
-) -> dict[str, torch.Tensor]:
-    """Fixed-width tensors (so ranks' shares concatenate): left-padded prompts, right-padded responses."""
-    b = len(prompts)
-    ids = torch.full((b, prompt_width + response_width), pad_id, dtype=torch.long)
-    mask = torch.zeros_like(ids)
-    for i, (p, r) in enumerate(zip(prompts, responses, strict=True)):
-        p = p[-prompt_width:]  # the loader already dropped longer prompts; this only guards the layout
-        ids[i, prompt_width - len(p) : prompt_width] = torch.tensor(p)
-        ids[i, prompt_width : prompt_width + len(r)] = torch.tensor(r, dtype=torch.long)
-        mask[i, prompt_width - len(p) : prompt_width + len(r)] = 1
-    response_mask = mask[:, prompt_width:].clone()
-    return {
-        INPUT_IDS: ids,
-        ATTENTION_MASK: mask,
-        RESPONSES: ids[:, prompt_width:].clone(),
-        RESPONSE_MASK: response_mask,
-        RESPONSE_LENGTH: response_mask.sum(-1),
-    }
-
-
-def _pad_rows(rows: list[list[float]], width: int) -> torch.Tensor:
-    out = torch.zeros((len(rows), width), dtype=torch.float32)
-    for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
-    return out
-
-
-def _mix(seed: int, step: int, rank: int) -> int:
-    """A sampling seed that differs per step and rank (tensor-parallel group) but is fixed by them, so a resumed run
-    samples the same."""
-    return (seed * 1_000_003 + step * 7919 + rank * 104_729) % (2**31 - 1)

@@ -35,7 +35,8 @@ class CriticWorker(Worker):
     def init_model(self) -> dict[str, Any]:
         """Load the value model; a new value head is drawn from the same seed on every rank."""
         # in the rank's process, as the actor's init_model does
-        from or1.engines.fsdp import FSDPCriticEngine, TrainSettings
+        from or1.engines.fsdp_critic import FSDPCriticEngine
+        from or1.engines.train_settings import TrainSettings
 
         settings = TrainSettings.from_config(self.cfg, self.cfg.critic, device=str(self.device))
         with torch.random.fork_rng(

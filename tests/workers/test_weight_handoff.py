@@ -14,12 +14,14 @@ from or1.errors import UserError
 from or1.hybrid.batch import Batch
 from or1.hybrid.cluster import ray_session
 from or1.hybrid.columns import OLD_LOG_PROBS, SEQUENCE_COLUMNS, UPDATE_COLUMNS
+from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.resource_pool import ResourcePool
+from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker_group import colocate
 from or1.tokens import load_tokenizer
 from or1.trainer.prompt_loader import PromptLoader
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
-from or1.workers.weight_sync import FLOAT32_TOLERANCE, HALF_TOLERANCE, check_push, tolerance
+from or1.workers.weight_handoff import FLOAT32_TOLERANCE, HALF_TOLERANCE, check_push, tolerance
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 
@@ -27,8 +29,11 @@ RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 class BrokenPushWorker(ActorRolloutRefWorker):
     """A push that silently does nothing (as a sync skipped under sleep mode): the engine keeps the old weights."""
 
-    def push_weights(self) -> None:
-        pass
+    @register(Dispatch.ONE_TO_ALL)
+    def init_model(self):
+        loaded = super().init_model()
+        self.handoff.push_weights = lambda: None
+        return loaded
 
 
 def test_check_push_passes_within_tolerance_and_names_the_step_beyond_it():
@@ -65,15 +70,16 @@ def test_a_push_that_left_the_engine_on_old_weights_stops_the_run(worker, tiny_m
         actor = colocate(ResourcePool(1, 2, use_gpu=False), roles, name="actor")["actor_rollout"]
         try:
             actor.init_model()
-            batch = actor.generate_sequences(loader.next_batch(1))
+            batch = actor.generate_sequences(loader.next_batch(1), SamplingRequest.training(cfg, 1))
             batch = batch.union(actor.compute_log_prob(batch.only(SEQUENCE_COLUMNS)))
             mask = batch.tensors["response_mask"].float()
             advantages = Batch({"advantages": torch.linspace(-1, 1, len(batch))[:, None] * mask})
             actor.update_actor(batch.union(advantages).only(UPDATE_COLUMNS))
             if worker is BrokenPushWorker:
                 with pytest.raises(UserError, match=r"^step 2: after the weights push the rollout engine"):
-                    actor.generate_sequences(loader.next_batch(2))
+                    actor.generate_sequences(loader.next_batch(2), SamplingRequest.training(cfg, 2))
             else:
-                assert OLD_LOG_PROBS in batch and len(actor.generate_sequences(loader.next_batch(2))) == 8
+                again = actor.generate_sequences(loader.next_batch(2), SamplingRequest.training(cfg, 2))
+                assert OLD_LOG_PROBS in batch and len(again) == 8
         finally:
             actor.shutdown()
