@@ -178,9 +178,7 @@ def refill(t: Trainer, step: int, first: Batch, timer: PhaseTimer) -> Batch:
     buffer = RefillBuffer(t.cfg.trainer.batch_size, t.cfg.algorithm.max_refill_rounds)
     parts, more = [], first
     while True:
-        kept = more.select(buffer.add(more.tensors[REWARDS], more.non_tensor[UID]))
-        # rounds differ in meta (seed); the loop needs none
-        parts.append(Batch(kept.tensors, kept.non_tensor))
+        parts.append(more.select(buffer.add(more.tensors[REWARDS], more.non_tensor[UID])))
         if not buffer.needs_more:
             return Batch.concat(parts)
         more = sample_round(t, step, buffer.rounds, timer)
