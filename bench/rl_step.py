@@ -281,7 +281,7 @@ def trl_worker(spec: dict) -> None:
     from transformers import AutoModelForCausalLM, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from or1.data.schema import read_rows
+    from or1.data.rows import read_rows
     from or1.rewards.score import score_batch
     from or1.tokens import load_tokenizer
 

@@ -44,7 +44,7 @@ TEST_SFT_STEPS = 120
 @pytest.fixture(scope="session")
 def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """A tiny base model folder built once per test run (its init report is in or1_init_report.json)."""
-    from or1.models.init import init_tiny_model
+    from or1.tinyworld.init import init_tiny_model
 
     out = tmp_path_factory.mktemp("tiny_model")
     init_tiny_model(out, seed=TEST_SEED, sft_steps=TEST_SFT_STEPS, eval_samples=2, overwrite=True)

@@ -128,7 +128,7 @@ def init_model(
 
     _check_preset(preset)
     check_output_folder(out, "--out")
-    from or1.models.init import init_tiny_model
+    from or1.tinyworld.init import init_tiny_model
 
     init_tiny_model(out, seed, sft_steps=sft_steps, overwrite=overwrite)
 
@@ -177,7 +177,7 @@ def config_show(
     overrides: SetOpt = None,
 ) -> None:
     """Print the fully resolved config of one stage of a recipe."""
-    from or1.config.loading import dump, resolve
+    from or1.config.recipe import dump, resolve
 
     sys.stdout.write(dump(resolve(recipe, stage, overrides or [])))
 
@@ -344,7 +344,7 @@ def eval_command(
     model = check_model(model, "--model")  # a hub id becomes its folder in the Hugging Face cache
     if out is not None:
         check_output_folder(out, "--out")
-    from or1.eval.runner import run_eval
+    from or1.eval.evaluate import run_eval
 
     folder = run_eval(
         benchmark,

@@ -6,7 +6,7 @@ import pytest
 from typer.testing import CliRunner
 
 from or1.cli import app
-from or1.config.loading import resolve
+from or1.config.recipe import resolve
 from or1.errors import UserError
 
 

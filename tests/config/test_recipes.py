@@ -6,7 +6,7 @@ scripts of the SkyworkAI/Skywork-OR1 repository, or1_scripts/train/{7b,32b}_{8k,
 
 import pytest
 
-from or1.config.loading import RECIPES_DIR, load_recipe, resolve, stage_names
+from or1.config.recipe import RECIPES_DIR, load_recipe, resolve, stage_names
 
 K = 1024
 

@@ -13,7 +13,7 @@ import pytest
 
 from or1.data.benchmarks import REGISTRY, benchmark_folder, load_benchmark
 from or1.data.converters import decode_private_tests, method_name
-from or1.data.schema import validate_row, write_rows
+from or1.data.rows import validate_row, write_rows
 from or1.errors import UserError
 
 BENCHMARKS = benchmark_folder()

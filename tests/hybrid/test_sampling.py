@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 
-from or1.config.loading import resolve
+from or1.config.recipe import resolve
 from or1.hybrid.sampling import SamplingRequest, sampling_seed
 
 

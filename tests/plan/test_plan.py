@@ -10,13 +10,13 @@ import pytest
 from typer.testing import CliRunner
 
 from or1.cli import app
-from or1.config.loading import RECIPES_DIR, load_recipe, resolve, stage_names
-from or1.models.tiny import TinyModelSpec
+from or1.config.recipe import RECIPES_DIR, load_recipe, resolve, stage_names
 from or1.plan.advice import smallest_fix, with_overrides
 from or1.plan.memory import GIB
 from or1.plan.model import read_model_shape
 from or1.plan.stage import Device, plan_stage
 from or1.plan.table import format_stage
+from or1.tinyworld.model import TinyModelSpec
 
 CONFIGS = (
     Path(__file__).parent / "configs"

@@ -5,8 +5,8 @@ from __future__ import annotations
 import pytest
 
 from or1.data.converters import MATH_SUFFIX
-from or1.data.schema import make_row
-from or1.prepare import filters
+from or1.data.rows import make_row
+from or1.prepare import verifiable
 from or1.prepare.dedup import ContaminationIndex, NearDuplicates, exact_key, ngrams, normalize, words
 
 
@@ -34,24 +34,24 @@ def code(truth: dict, **extra) -> dict:
     ("row", "reason"),
     [
         (math("Find $x$ if $2x = 10$.", ["5"]), None),
-        (math("Find the area.", []), filters.NO_ANSWER),
-        (math("Find the area.", ["notfound"]), filters.NO_ANSWER),
-        (math("Prove that there are infinitely many primes.", ["2"]), filters.PROOF),
-        (math("Let n > 1. Show that n^2 > n.", ["1"]), filters.PROOF),
-        (math("Find n.", ["3"], question_type="proof"), filters.PROOF),
-        (math("Which is largest? (A) 1 (B) 2 (C) 3", ["C"]), filters.MULTIPLE_CHOICE),
-        (math("Which is largest?\nA. 1\nB. 2", ["2"]), filters.MULTIPLE_CHOICE),
-        (math("Which value works?", ["(B)"]), filters.MULTIPLE_CHOICE),
-        (math("Find m.", ["4"], question_type="MCQ"), filters.MULTIPLE_CHOICE),
-        (math("(a) Find x. (b) Find y.", ["1"]), filters.MULTI_PART),
-        (math("Compute:\n1. the sum\n2. the product", ["3"]), filters.MULTI_PART),
-        (math("Find x and y.", ["x=1; y=2"]), filters.MULTI_PART),
+        (math("Find the area.", []), verifiable.NO_ANSWER),
+        (math("Find the area.", ["notfound"]), verifiable.NO_ANSWER),
+        (math("Prove that there are infinitely many primes.", ["2"]), verifiable.PROOF),
+        (math("Let n > 1. Show that n^2 > n.", ["1"]), verifiable.PROOF),
+        (math("Find n.", ["3"], question_type="proof"), verifiable.PROOF),
+        (math("Which is largest? (A) 1 (B) 2 (C) 3", ["C"]), verifiable.MULTIPLE_CHOICE),
+        (math("Which is largest?\nA. 1\nB. 2", ["2"]), verifiable.MULTIPLE_CHOICE),
+        (math("Which value works?", ["(B)"]), verifiable.MULTIPLE_CHOICE),
+        (math("Find m.", ["4"], question_type="MCQ"), verifiable.MULTIPLE_CHOICE),
+        (math("(a) Find x. (b) Find y.", ["1"]), verifiable.MULTI_PART),
+        (math("Compute:\n1. the sum\n2. the product", ["3"]), verifiable.MULTI_PART),
+        (math("Find x and y.", ["x=1; y=2"]), verifiable.MULTI_PART),
         (
             math("Let $f_n = n^2$.\n(1) Find the minimum of $f_3$.\n(2) Find $f_4$.", ["9"]),
-            filters.MULTI_PART,
+            verifiable.MULTI_PART,
         ),
         # what real competition text says without being multiple choice, multi-part or a proof
-        (math("[asy]\ndot(A); dot(B); draw(A--B);\n[/asy]\nFind $AB$.", ["6"]), filters.URL_OR_FIGURE),
+        (math("[asy]\ndot(A); dot(B); draw(A--B);\n[/asy]\nFind $AB$.", ["6"]), verifiable.URL_OR_FIGURE),
         (math("Let $f(A)\\neq\\emptyset$ for every $A$ and $f(B) = B$. Find the minimum $k$.", ["69"]), None),
         (math("How many $a$ satisfy:\n(1) $a \\le 50$;\n(2) $x^2 + a = 0$ has integer roots?", ["6"]), None),
         (
@@ -63,10 +63,10 @@ def code(truth: dict, **extra) -> dict:
         (math("Find the number of $n$ with (a) $5 \\mid n$, (b) $7 \\mid n$, (c) $n < 1000$.", ["28"]), None),
         (math("Find the largest $|f(a) - f(b)|$ over integers $a \\ne b$.", ["1"]), None),
         (math("Find, with proof, the least positive integer $d_n$ not of this form.", ["2"]), None),
-        (math("See https://example.com/p.png and find x.", ["1"]), filters.URL_OR_FIGURE),
-        (math("In the figure shown below, find the angle.", ["30"]), filters.URL_OR_FIGURE),
+        (math("See https://example.com/p.png and find x.", ["1"]), verifiable.URL_OR_FIGURE),
+        (math("In the figure shown below, find the angle.", ["30"]), verifiable.URL_OR_FIGURE),
         (code({"inputs": ["1 2\n"], "outputs": ["3\n"]}), None),
-        (code({"inputs": [], "outputs": []}), filters.NO_TESTS),
+        (code({"inputs": [], "outputs": []}), verifiable.NO_TESTS),
         (
             code(
                 {
@@ -77,11 +77,11 @@ def code(truth: dict, **extra) -> dict:
             ),
             None,
         ),
-        (code({"inputs": ["1\n"], "outputs": ["1\n"]}, has_figure=True), filters.URL_OR_FIGURE),
+        (code({"inputs": ["1\n"], "outputs": ["1\n"]}, has_figure=True), verifiable.URL_OR_FIGURE),
     ],
 )
 def test_verifiability_rules(row: dict, reason: str | None):
-    assert filters.unverifiable_reason(row) == reason
+    assert verifiable.unverifiable_reason(row) == reason
 
 
 def test_math_answer_consistency_uses_the_math_reward():
@@ -90,8 +90,8 @@ def test_math_answer_consistency_uses_the_math_reward():
         math("Find 2+4.", ["7"], solution="2+4 = 6, so the answer is $\\boxed{6}$."),
         math("Find 2+5.", ["7"]),  # no reference solution: nothing to check
     ]
-    checked = filters.check_math_answers(rows)
-    assert [c and c[0] for c in checked] == [None, filters.ANSWER_MISMATCH, None]
+    checked = verifiable.check_math_answers(rows)
+    assert [c and c[0] for c in checked] == [None, verifiable.ANSWER_MISMATCH, None]
     assert (
         "'6'" in checked[1][1] and "['7']" in checked[1][1]
     )  # dropped.jsonl says what the reference answered
@@ -109,8 +109,8 @@ def test_code_reference_solutions_run_in_the_sandbox():
         code(truth, reference_solution="a, b = map(int, input().split())\nprint(a * b)\n"),
         code(truth),
     ]
-    checked = filters.check_code_solutions(rows)
-    assert [c and c[0] for c in checked] == [None, filters.SOLUTION_FAILS, None]
+    checked = verifiable.check_code_solutions(rows)
+    assert [c and c[0] for c in checked] == [None, verifiable.SOLUTION_FAILS, None]
     assert "test 0" in checked[1][1]  # dropped.jsonl names the failing test and what it did
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from or1.prepare import filters
+from or1.prepare import verifiable
 from or1.prepare.adapters import Context, adapt
 
 REALDATA = Path(__file__).resolve().parents[3] / "shared" / "realdata"
@@ -27,10 +27,10 @@ def jsonl(relative: str) -> list[dict]:
 def test_taco_picture_num_as_hub_string_zero_is_no_figure():
     rows = jsonl("taco/taco_picture_num_variants.jsonl")
     reasons = {
-        repr(r["picture_num"]): filters.unverifiable_reason(adapt("taco", r, Context("taco", "train", i)))
+        repr(r["picture_num"]): verifiable.unverifiable_reason(adapt("taco", r, Context("taco", "train", i)))
         for i, r in enumerate(rows)
     }
-    assert reasons == {"'0'": None, "None": None, "'1'": filters.URL_OR_FIGURE, "0": None}
+    assert reasons == {"'0'": None, "None": None, "'1'": verifiable.URL_OR_FIGURE, "0": None}
 
 
 def test_taco_card_row_is_kept_and_both_references_pass():
@@ -39,7 +39,7 @@ def test_taco_card_row_is_kept_and_both_references_pass():
 
     record = jsonl("taco/taco_card_example_1492B.jsonl")[0]
     row = adapt("taco", record, Context("taco", "train", 0))
-    assert filters.unverifiable_reason(row) is None
+    assert verifiable.unverifiable_reason(row) is None
     if unavailable("local"):
         pytest.skip(unavailable("local"))
     solutions = json.loads(record["solutions"])
@@ -83,10 +83,10 @@ def test_aime_rows_are_never_multiple_choice_multi_part_or_proofs():
     """AIME answers are integers 0-999: the only verifiability drop on real AIME rows is a figure (or a URL)."""
     rows = json.loads(real("deepscaler/train_aime.json").read_text())
     reasons = {
-        filters.unverifiable_reason(adapt("deepscaler", r, Context("aime", "train", i)))
+        verifiable.unverifiable_reason(adapt("deepscaler", r, Context("aime", "train", i)))
         for i, r in enumerate(rows)
     }
-    assert reasons <= {None, filters.URL_OR_FIGURE}
+    assert reasons <= {None, verifiable.URL_OR_FIGURE}
 
 
 def test_a_list_answer_is_a_list_of_answers_not_python_text():
@@ -112,13 +112,13 @@ def test_decontamination_weighs_distinctive_content_over_stock_phrasing():
     evals = []
     for name in ("aime24", "aime25", "math500", "amc", "livecodebench"):
         data = load_benchmark(name, folder=folder, window=None)
-        evals += [(f"{name}:{i}", filters.problem_text(r)) for i, r in enumerate(data.rows)]
+        evals += [(f"{name}:{i}", verifiable.problem_text(r)) for i, r in enumerate(data.rows)]
     aime = json.loads(real("deepscaler/train_aime.json").read_text())
     texts = [
-        filters.problem_text(adapt("deepscaler", r, Context("ds", "train", i))) for i, r in enumerate(aime)
+        verifiable.problem_text(adapt("deepscaler", r, Context("ds", "train", i))) for i, r in enumerate(aime)
     ]
     fed = [
-        filters.problem_text(adapt("deepscaler", r, Context("ds", "train", i)))
+        verifiable.problem_text(adapt("deepscaler", r, Context("ds", "train", i)))
         for file in ("test_aime.json", "test_amc.json", "test_math.json")
         for i, r in enumerate(json.loads(real(f"deepscaler/{file}").read_text()))
     ]

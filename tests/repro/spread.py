@@ -26,7 +26,7 @@ from test_tiny_chain import (  # noqa: E402
 )
 
 BUILD_BASE = (
-    "import sys, torch; from or1.models.init import init_tiny_model; "
+    "import sys, torch; from or1.tinyworld.init import init_tiny_model; "
     f"init_tiny_model(sys.argv[1], seed=0, sft_steps={BASE_SFT_STEPS}, eval_samples=1); "
     "print('kernel', torch.backends.cpu.get_cpu_capability())"
 )

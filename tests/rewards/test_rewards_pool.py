@@ -11,7 +11,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from or1.rewards.pool import ERROR, OK, TIMEOUT, ProcessPool
+from or1.rewards.process_pool import ERROR, OK, TIMEOUT, ProcessPool
 
 
 @pytest.fixture(scope="module")

@@ -17,8 +17,8 @@ from or1.data.synthetic import math_validation_rows
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import SCORE_NODE, SCORE_SECONDS
 from or1.scoring import RewardManager
-from or1.trainer.metrics import write_step_samples
 from or1.trainer.phases import scoring_metrics
+from or1.trainer.step_log import write_step_samples
 
 
 def math_rows(count: int) -> list[dict]:

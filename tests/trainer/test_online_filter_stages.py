@@ -6,7 +6,7 @@ import pandas as pd
 from rich.console import Console
 
 from or1.algos.online_filter import PromptStats
-from or1.config.loading import resolve
+from or1.config.recipe import resolve
 from or1.data.records import prompt_key
 from or1.layout import PROMPT_STATS_FILE
 from or1.trainer.handoff import filtered_prompts

@@ -49,7 +49,7 @@ def test_gpu_recipe_on_a_cpu_machine(tmp_path: Path) -> None:
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="checks a driver without CUDA")
 def test_a_gpu_recipe_may_join_a_cluster_whose_gpus_are_on_other_machines(tmp_path: Path) -> None:
-    from or1.config.loading import resolve
+    from or1.config.recipe import resolve
     from or1.preflight import check_runnable
 
     cfg = resolve("tiny-gpu", 1, [f"data.train_files=[{tmp_path / 'absent.parquet'}]"])
@@ -101,7 +101,7 @@ def fake_model(folder: Path) -> Path:
 
 def finished_stage(tmp_path: Path, overrides: list[str]) -> Path:
     """A run folder whose stage 1 holds results (config.yaml as run_train writes it, metrics, a final model)."""
-    from or1.config.loading import dump, resolve
+    from or1.config.recipe import dump, resolve
 
     run_dir = tmp_path / "run"
     stage = run_dir / "stage1"
@@ -138,7 +138,7 @@ def test_resume_under_a_changed_config_lists_the_differences(tmp_path: Path, inp
     assert "rollout.max_response_length: 48 -> 64" in message
     assert "--allow-config-change" in message
     # how the run is operated (loggers, checkpoints kept) may change on a resume
-    from or1.config.loading import resolve
+    from or1.config.recipe import resolve
     from or1.trainer.resume import check_config_unchanged
 
     cfg = resolve(RECIPE, "1", [*inputs, "trainer.loggers=[jsonl]", "trainer.keep_checkpoints=7"])

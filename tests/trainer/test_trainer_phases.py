@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from or1.algos.entropy_control import AdaptiveEntropyController
-from or1.config.loading import resolve
+from or1.config.recipe import resolve
 from or1.config.schema import AlgorithmConfig, EntropyControlConfig
 from or1.hybrid.batch import Batch
 from or1.trainer.phases import (

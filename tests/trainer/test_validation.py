@@ -5,10 +5,10 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from or1.config.loading import resolve
+from or1.config.recipe import resolve
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import ABILITY, RESPONSE_MASK, RESPONSE_TEXT, REWARD_MODEL, SCORES, TRUNCATED
-from or1.trainer.metrics import progress_line
+from or1.trainer.step_log import progress_line
 from or1.trainer.validation import ValidationSet, is_due, load_validation_sets, validate
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")

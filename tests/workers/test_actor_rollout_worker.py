@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from or1.config.loading import resolve
+from or1.config.recipe import resolve
 from or1.errors import UserError
 from or1.hybrid.cluster import ray_session
 from or1.hybrid.columns import REWARD_COLUMNS

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 import torch
 
-from or1.config.loading import resolve
+from or1.config.recipe import resolve
 from or1.engines.rollout import FinishedRow
 from or1.hybrid.batch import Batch
 from or1.hybrid.sampling import SamplingRequest

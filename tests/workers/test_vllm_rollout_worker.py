@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from or1.config.loading import resolve
+from or1.config.recipe import resolve
 from or1.hybrid.cluster import ray_session
 from or1.hybrid.columns import SEQUENCE_COLUMNS, UPDATE_COLUMNS
 from or1.hybrid.resource_pool import ResourcePool

@@ -9,7 +9,7 @@ import pytest
 import torch
 from ray import cloudpickle
 
-from or1.config.loading import resolve
+from or1.config.recipe import resolve
 from or1.errors import UserError
 from or1.hybrid.batch import Batch
 from or1.hybrid.cluster import ray_session

@@ -17,7 +17,7 @@ import zlib
 from datetime import date, datetime
 from typing import Any
 
-from or1.data.schema import make_row, validate_row
+from or1.data.rows import make_row, validate_row
 from or1.errors import UserError
 
 MATH_SUFFIX = "Let's think step by step and output the final answer within \\boxed{}."

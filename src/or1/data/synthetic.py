@@ -14,7 +14,7 @@ from rich.console import Console
 from rich.table import Table
 
 from or1.atomic import atomic_path
-from or1.data.schema import write_rows
+from or1.data.rows import write_rows
 from or1.data.synthetic_code import code_row, code_tasks, validation_tasks
 from or1.data.synthetic_math import (
     VALIDATION_OPS,

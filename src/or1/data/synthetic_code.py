@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from or1.data.schema import make_row
+from or1.data.rows import make_row
 
 CODE_SOURCE = "tiny-code-stdio"
 TESTS_PER_TASK = 4

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from or1.data.schema import make_row
+from or1.data.rows import make_row
 
 MATH_SOURCE = "tiny-math-arith"
 # the validation set is fixed, whatever seed trains: results stay comparable across runs

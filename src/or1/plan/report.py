@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from or1.config.loading import load_recipe, resolve, stage_names
+from or1.config.recipe import load_recipe, resolve, stage_names
 from or1.plan.advice import smallest_fix, with_overrides
 from or1.plan.gate import gpu_device
 from or1.plan.model import ModelShape, read_model_shape

@@ -22,7 +22,7 @@ from or1.data.converters import (
     method_name,
     to_or1_row,
 )
-from or1.data.schema import make_row, validate_row
+from or1.data.rows import make_row, validate_row
 from or1.errors import UserError
 
 

@@ -25,7 +25,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from or1.atomic import atomic_path, write_text_atomically
 from or1.data.records import BadRecord, read_records
-from or1.data.schema import write_rows
+from or1.data.rows import write_rows
 from or1.errors import UserError
 from or1.prepare import dedup, filters
 from or1.prepare.adapters import Context, Malformed, adapt

@@ -13,7 +13,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from or1.errors import UserError
-from or1.prepare.filters import RULES
+from or1.prepare.verifiable import RULES
 
 SPECS_DIR = Path(__file__).resolve().parents[3] / "data"
 SYNTHETIC = ("tiny-math-train", "tiny-math-validation", "tiny-code-train", "tiny-code-validation")

@@ -1,6 +1,6 @@
 """Code ground truths: parse the three test forms into test cases, and compare outputs on the host.
 
-The forms (a JSON object in `reward_model.ground_truth`, see `or1.data.schema`): stdin/stdout (`inputs`, `outputs`
+The forms (a JSON object in `reward_model.ground_truth`, see `or1.data.rows`): stdin/stdout (`inputs`, `outputs`
 as text), call-based (the same lists plus `fn_name`; each input a JSON list of arguments) and assert-based
 (`import_prefix`, `test_code` defining `check(candidate)`, `entry_point`).
 

@@ -2,7 +2,7 @@
 
 Training (every step), evaluation and `or1 score` all call this. Rows are or1 rows with a `response`: `ability`
 picks the reward. Math rows are decided in this process when string work suffices (`prejudge`), the rest go to a
-persistent killable process pool (`or1.rewards.pool`) with a hard per-response timeout. Code rows go to
+persistent killable process pool (`or1.rewards.process_pool`) with a hard per-response timeout. Code rows go to
 `or1.rewards.code.score_code_batch`. A malformed row scores 0 with reason `bad_input`; the batch carries on.
 """
 
@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from or1.rewards.extract import EXTRACTION_MODES
 from or1.rewards.math import prejudge, verify_math, warm_up
-from or1.rewards.pool import OK, TIMEOUT, ProcessPool
+from or1.rewards.process_pool import OK, TIMEOUT, ProcessPool
 from or1.rewards.result import BAD_INPUT, INTERNAL_ERROR, Result
 from or1.rewards.result import TIMEOUT as TIMEOUT_REASON
 

@@ -11,7 +11,7 @@ from rich.console import Console
 from or1.algos.online_filter import PromptStats, online_filter
 from or1.config.schema import RunConfig
 from or1.data.records import prompt_key
-from or1.data.schema import read_rows
+from or1.data.rows import read_rows
 from or1.errors import UserError
 from or1.layout import FINAL_CRITIC_DIR, PROMPT_STATS_FILE, stage_directory
 

@@ -36,7 +36,6 @@ from or1.hybrid.worker_group import WorkerGroup
 from or1.scoring import RewardManager
 from or1.stop import StopFlag
 from or1.trainer.checkpoint import CheckpointManager
-from or1.trainer.metrics import MetricsLogger, PhaseTimer, write_step_samples
 from or1.trainer.phases import (
     add_advantages,
     balance_ranks,
@@ -53,6 +52,7 @@ from or1.trainer.phases import (
 )
 from or1.trainer.prompt_loader import PromptLoader
 from or1.trainer.skipped import SkippedSteps
+from or1.trainer.step_log import MetricsLogger, PhaseTimer, write_step_samples
 from or1.trainer.validation import ValidationSet, is_due, validate
 
 

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 import numpy as np
 
 from or1.data.records import prompt_key
-from or1.data.schema import read_rows
+from or1.data.rows import read_rows
 from or1.errors import UserError
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import ABILITY, DATA_SOURCE, PROMPT_IDS, PROMPT_KEY, REWARD_MODEL, UID

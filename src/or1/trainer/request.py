@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from or1.config.loading import load_recipe, resolve, stage_names
+from or1.config.recipe import load_recipe, resolve, stage_names
 from or1.config.schema import RunConfig
 from or1.errors import UserError
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import yaml
 from rich.console import Console
 
-from or1.config.loading import dump
+from or1.config.recipe import dump
 from or1.config.schema import RunConfig
 from or1.errors import UserError
 from or1.layout import CONFIG_FILE, FINAL_CRITIC_DIR, FINAL_DIR, METRICS_FILE, SUMMARY_FILE

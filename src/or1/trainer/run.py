@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rich.console import Console
 
-from or1.config.loading import dump
+from or1.config.recipe import dump
 from or1.config.schema import RunConfig
 from or1.errors import UserError
 from or1.hybrid.worker_group import WorkerError

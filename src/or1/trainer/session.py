@@ -25,9 +25,9 @@ from or1.tokens import load_tokenizer
 from or1.trainer.checkpoint import CheckpointManager
 from or1.trainer.handoff import filtered_prompts
 from or1.trainer.loop import Trainer, restore, train
-from or1.trainer.metrics import MetricsLogger
 from or1.trainer.prompt_loader import PromptLoader
 from or1.trainer.skipped import SkippedSteps
+from or1.trainer.step_log import MetricsLogger
 from or1.trainer.validation import ValidationSet, load_validation_sets
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 from or1.workers.critic import CriticWorker

@@ -1,7 +1,6 @@
 import pytest
-
-from or1.models.init import _tokenizer_corpus
-from or1.models.tokenizer import IM_END, train_tokenizer
+from or1.tinyworld.init import _tokenizer_corpus
+from or1.tinyworld.tokenizer import IM_END, train_tokenizer
 
 
 @pytest.fixture(scope="module")

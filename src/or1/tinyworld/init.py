@@ -23,10 +23,10 @@ from or1.data.synthetic import math_validation_rows
 from or1.data.synthetic_code import CODE_SFT_STEPS, task_stream
 from or1.data.synthetic_math import problem_stream
 from or1.errors import UserError
-from or1.models.solve_rate import SolveRate, validation_solve_rate
-from or1.models.tiny import TinyModelSpec, build_tiny_model, count_parameters
-from or1.models.tokenizer import train_tokenizer
-from or1.models.warmstart import SFTConfig, SFTReport, warm_start
+from or1.tinyworld.model import TinyModelSpec, build_tiny_model, count_parameters
+from or1.tinyworld.solve_rate import SolveRate, validation_solve_rate
+from or1.tinyworld.tokenizer import train_tokenizer
+from or1.tinyworld.warmstart import SFTConfig, SFTReport, warm_start
 from or1.tokens import OR1_TINY_MARKER, prompt_ids
 
 REPORT_FILE = "or1_init_report.json"

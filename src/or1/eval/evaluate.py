@@ -28,11 +28,11 @@ from rich.progress import (
 from or1.data.benchmarks import load_benchmark
 from or1.errors import UserError
 from or1.eval.generation import DEFAULT_BATCH, Sampler, load_sampler
+from or1.eval.grading import group_problems, score_completions
 from or1.eval.metrics import compute_metrics
 from or1.eval.protocols import PROTOCOLS, EvalSampling, resolve_sampling
 from or1.eval.results import environment, model_fingerprint, now, write_outputs
 from or1.eval.samples import SAMPLES_FILE, SampleCache
-from or1.eval.scoring import group_problems, score_completions
 from or1.stop import StopFlag
 
 Unit = tuple[dict[str, Any], str, int]  # (row, problem_id, sample_index)
