@@ -27,7 +27,7 @@ from or1.atomic import atomic_path, write_text_atomically
 from or1.data.records import BadRecord, read_records
 from or1.data.rows import write_rows
 from or1.errors import UserError
-from or1.prepare import dedup, filters
+from or1.prepare import dedup, verifiable
 from or1.prepare.adapters import Context, Malformed, adapt
 from or1.prepare.difficulty import CACHE_FILE, GradeRun, Sampling, grade_rows
 from or1.prepare.ledger import Ledger, write_report
@@ -174,7 +174,7 @@ def _verifiable(spec: DataSpec, items: list[Item], tick: Tick) -> list[Verdict]:
     rules = set(spec.filters.rules)
     verdicts: list[Verdict] = []
     for item in items:
-        found = filters.unverifiable(item.row) if _graded(item) else None
+        found = verifiable.unverifiable(item.row) if _graded(item) else None
         tick(1)
         verdicts.append(found if found and found[0] in rules else (None, None))
     return verdicts
@@ -191,7 +191,7 @@ def _dedup(spec: DataSpec, items: list[Item], tick: Tick) -> list[Verdict]:
     for i in order:
         tick(1)
         item = items[i]
-        text = filters.problem_text(item.row)
+        text = verifiable.problem_text(item.row)
         where = f"{item.source.name}:{item.index}"
         key = f"{item.row['ability']}|{dedup.exact_key(text)}"
         if not _graded(item):
@@ -223,7 +223,7 @@ def evaluation_problems(spec: DataSpec) -> list[tuple[str, str]]:
             window=None,
             other_fix="set decontaminate.benchmark_dir in the spec",
         )
-        named += [(f"{name}:{i}", filters.problem_text(r)) for i, r in enumerate(data.rows)]
+        named += [(f"{name}:{i}", verifiable.problem_text(r)) for i, r in enumerate(data.rows)]
     for file in cfg.files:
         for i, record in enumerate(read_records(file, what="decontaminate.files:")):
             ability = "code" if "tests" in record or "question_content" in record else "math"
@@ -231,13 +231,13 @@ def evaluation_problems(spec: DataSpec) -> list[tuple[str, str]]:
                 row = adapt("auto", record, Context("eval", "test", i, ability))
             except Malformed as err:
                 raise UserError(f"decontaminate.files: {file} record {i}: {err}") from None
-            named.append((f"{Path(file).stem}:{i}", filters.problem_text(row)))
+            named.append((f"{Path(file).stem}:{i}", verifiable.problem_text(row)))
     return named
 
 
 def _decontaminate(spec: DataSpec, items: list[Item], tick: Tick) -> list[Verdict]:
     """Train rows that overlap an evaluation problem are dropped; validation rows are evaluation data themselves."""
-    texts = [filters.problem_text(item.row) for item in items]
+    texts = [verifiable.problem_text(item.row) for item in items]
     train = [text for item, text in zip(items, texts, strict=True) if _graded(item)]
     # the training problems tell stock competition phrasing from what is distinctive in an evaluation problem
     index = dedup.ContaminationIndex(evaluation_problems(spec), n=spec.decontaminate.ngram, background=train)
@@ -256,10 +256,10 @@ def _checks(spec: DataSpec, items: list[Item], tick: Tick, chunk: int = 256) -> 
     for start in range(0, len(todo), chunk):
         part = todo[start : start + chunk]
         rows = [items[i].row for i in part]
-        none: list[filters.Check] = [None] * len(rows)
-        math = filters.check_math_answers(rows, spec.checks.workers) if spec.checks.math_answer else none
+        none: list[verifiable.Check] = [None] * len(rows)
+        math = verifiable.check_math_answers(rows, spec.checks.workers) if spec.checks.math_answer else none
         code = (
-            filters.check_code_solutions(rows, spec.checks.workers, spec.checks.sandbox)
+            verifiable.check_code_solutions(rows, spec.checks.workers, spec.checks.sandbox)
             if spec.checks.code_solution
             else none
         )

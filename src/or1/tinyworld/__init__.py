@@ -1,1 +1,1 @@
-"""Models of the tiny world (tokenizer, Qwen2 build, warm start) and loading of any HF causal LM."""
+"""The tiny world's model: its tokenizer, the Qwen2 build, the warm start, `or1 init-model` and solve rates."""
