@@ -56,13 +56,16 @@ class _Ids:
 def engines(folder: Path, tiny: bool):
     from or1.engines.hf_rollout import HFRolloutEngine
     from or1.engines.loading import load_causal_lm
+    from or1.engines.rollout import EngineSettings
     from or1.engines.vllm_rollout import VLLMRolloutEngine
     from or1.tokens import load_tokenizer
 
     tokenizer = load_tokenizer(folder) if tiny else _Ids()
     eos = tokenizer.eos_token_id
     hf = HFRolloutEngine(load_causal_lm(folder), tokenizer, micro_batch_size=256)
-    vllm = VLLMRolloutEngine(folder, [eos], pad_token_id=tokenizer.pad_token_id or eos, max_model_len=512)
+    vllm = VLLMRolloutEngine(
+        folder, [eos], tokenizer.pad_token_id or eos, EngineSettings(dtype="float32", max_model_len=512)
+    )
     return {"hf": hf, "vllm": vllm}
 
 

@@ -260,17 +260,19 @@ def build_engine(kind: str, folder: Path, settings, device: torch.device, max_po
     if kind == "hf":
         model = load_causal_lm(folder, dtype=DTYPES[settings.compute_dtype]).to(device)
         return HFRolloutEngine(model, _Ids(), micro_batch_size=256)
+    from or1.engines.rollout import EngineSettings
     from or1.engines.vllm_rollout import VLLMRolloutEngine
 
     return VLLMRolloutEngine(
         folder,
         [EOS],
-        pad_token_id=EOS,
-        dtype=settings.compute_dtype,
-        max_model_len=min(512, max_positions),  # the GPU's 32-token prompts and 256 new tokens fit
-        seed=0,
-        gpu_memory_utilization=VLLM_UTILIZATION,
-        distributed=True,  # as in training: the engine joins the rank's torch.distributed world
+        EOS,
+        EngineSettings(
+            dtype=settings.compute_dtype,
+            max_model_len=min(512, max_positions),  # the GPU's 32-token prompts and 256 new tokens fit
+            gpu_memory_utilization=VLLM_UTILIZATION,
+            distributed=True,  # as in training: the engine joins the rank's torch.distributed world
+        ),
     )
 
 

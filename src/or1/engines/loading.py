@@ -13,6 +13,7 @@ import logging
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from or1.engines.rollout import EngineSettings
 from or1.errors import UserError
 
 ENGINES = ("hf", "vllm")
@@ -65,23 +66,14 @@ def load_value_model(path: str | Path, dtype: torch.dtype | None = None) -> PreT
 def load_rollout_engine(
     kind: str,
     model_path: str | Path,
+    settings: EngineSettings,
     *,
     tokenizer: PreTrainedTokenizerBase | None = None,
     device: torch.device | None = None,
-    dtype: str | None = None,
-    max_model_len: int | None = None,
-    micro_batch_size: int = 64,
-    seed: int = 0,
-    tensor_parallel_size: int = 1,
-    gpu_memory_utilization: float = 0.6,
-    cpu_kv_cache_gib: float = 1.0,
-    distributed: bool = False,
 ) -> RolloutEngine:
-    """The rollout engine `kind` ("hf" or "vllm") over the model in `model_path`.
+    """The rollout engine `kind` ("hf" or "vllm") over the model in `model_path`, built as `settings` say.
 
-    `tokenizer` None: the folder's own. `device` None: a GPU when one is visible, else the CPU. `dtype` None: float32
-    on CPU, bfloat16 on a GPU. `distributed` (training): every rank builds its vLLM engine in the same call, joining
-    the ranks' torch.distributed world; the tensor-parallel and memory settings apply to vLLM only.
+    `tokenizer` None: the folder's own. `device` None: a GPU when one is visible, else the CPU.
     """
     import torch
 
@@ -91,30 +83,18 @@ def load_rollout_engine(
         raise UserError(f"Unknown rollout engine {kind!r}; choose hf or vllm.")
     tokenizer = tokenizer if tokenizer is not None else load_tokenizer(model_path)
     gpu = torch.cuda.is_available()
-    dtype = dtype or ("bfloat16" if gpu else "float32")
     if kind == "vllm":
         from or1.engines.vllm_rollout import VLLMRolloutEngine
 
-        return VLLMRolloutEngine(
-            model_path,
-            stop_ids_of(model_path, tokenizer),
-            pad_token_id=pad_id(tokenizer),
-            dtype=dtype,
-            max_model_len=max_model_len,
-            seed=seed,
-            tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            cpu_kv_cache_gib=cpu_kv_cache_gib,
-            distributed=distributed,
-        )
+        return VLLMRolloutEngine(model_path, stop_ids_of(model_path, tokenizer), pad_id(tokenizer), settings)
     from or1.engines.hf_rollout import HFRolloutEngine
 
-    model = load_causal_lm(model_path, getattr(torch, dtype))
+    model = load_causal_lm(model_path, getattr(torch, settings.dtype_on(gpu)))
     if device is not None:
         model = model.to(device)
     elif gpu:
         model = model.to("cuda")
-    return HFRolloutEngine(model, tokenizer, micro_batch_size=micro_batch_size)
+    return HFRolloutEngine(model, tokenizer, micro_batch_size=settings.micro_batch_size)
 
 
 def stop_ids_of(model_path: str | Path, tokenizer: PreTrainedTokenizerBase) -> list[int]:

@@ -25,6 +25,28 @@ if TYPE_CHECKING:
     import torch
 
 
+@dataclass(frozen=True)
+class EngineSettings:
+    """How a rollout engine is built, from the recipe's rollout section or a command's flags. `dtype` and `seed`
+    apply to both engines, `micro_batch_size` to the Hugging Face loop, the rest to vLLM."""
+
+    dtype: str | None = None  # None: float32 on CPU, bfloat16 on a GPU (`dtype_on`)
+    seed: int = 0
+    micro_batch_size: int = 64  # sequences per generate call of the HF loop
+    max_model_len: int | None = (
+        None  # prompt + response tokens vLLM plans its KV cache for (None: the model's)
+    )
+    tensor_parallel_size: int = 1
+    gpu_memory_utilization: float = 0.6  # vLLM's share of a GPU (weights + KV cache)
+    cpu_kv_cache_gib: float = 1.0  # vLLM's KV cache on CPU
+    distributed: bool = (
+        False  # training: every rank builds its engine in the same call, joining torch's world
+    )
+
+    def dtype_on(self, gpu: bool) -> str:
+        return self.dtype or ("bfloat16" if gpu else "float32")
+
+
 @dataclass
 class SamplingParams:
     """How to sample: `temperature` 0 means greedy; an empty `stop_token_ids` means the model's eos token(s)."""

@@ -30,6 +30,7 @@ from typing import Any
 
 import torch
 
+from or1.engines.rollout import EngineSettings
 from or1.errors import UserError
 from or1.preflight import INSTALL_HINT, installed_build, version_problem
 
@@ -51,37 +52,27 @@ def import_vllm() -> Any:
     return vllm
 
 
-def start_engine(
-    model_path: str,
-    *,
-    dtype: str,
-    max_model_len: int | None,
-    seed: int,
-    tensor_parallel_size: int = 1,
-    gpu_memory_utilization: float = 0.6,
-    cpu_kv_cache_gib: float = 1.0,
-    distributed: bool = False,
-) -> Any:
+def start_engine(model_path: str, settings: EngineSettings) -> Any:
     """A `vllm.LLM` that takes token ids and returns processed log-probs; `distributed`: join the torch world."""
     vllm = import_vllm()
     on_gpu = torch.cuda.is_available()
     kwargs: dict[str, Any] = {
         "model": str(model_path),
         "skip_tokenizer_init": True,  # or1 tokenizes and detokenizes with the model's own tokenizer
-        "dtype": dtype,
-        "seed": seed,
-        "max_model_len": max_model_len,
+        "dtype": settings.dtype_on(on_gpu),
+        "seed": settings.seed,
+        "max_model_len": settings.max_model_len,
         "enable_prefix_caching": True,  # the n samples of a prompt share its KV
         "logprobs_mode": "processed_logprobs",  # temperature / top_p applied, as the actor recomputes them
-        "tensor_parallel_size": tensor_parallel_size,
+        "tensor_parallel_size": settings.tensor_parallel_size,
         "enforce_eager": not on_gpu,  # CPU: no graph capture to amortise
     }
-    if distributed:
+    if settings.distributed:
         kwargs["distributed_executor_backend"] = "external_launcher"
     if on_gpu:
-        kwargs.update(gpu_memory_utilization=gpu_memory_utilization, enable_sleep_mode=True)
+        kwargs.update(gpu_memory_utilization=settings.gpu_memory_utilization, enable_sleep_mode=True)
     else:
-        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(cpu_kv_cache_gib)))
+        os.environ["VLLM_CPU_KVCACHE_SPACE"] = str(max(1, math.ceil(settings.cpu_kv_cache_gib)))
         # A prompt split across scheduler steps makes vLLM rewind the request's seeded generator, which CPU
         # generators cannot do ("CPU Generator does not use offset"): schedule whole prompts only.
         kwargs["enable_chunked_prefill"] = False

@@ -16,7 +16,14 @@ from typing import Any
 import torch
 
 from or1.engines import vllm_compat
-from or1.engines.rollout import FinishedRow, Generations, SamplingParams, check_prompts, gather
+from or1.engines.rollout import (
+    EngineSettings,
+    FinishedRow,
+    Generations,
+    SamplingParams,
+    check_prompts,
+    gather,
+)
 from or1.errors import UserError
 
 
@@ -25,30 +32,10 @@ class VLLMRolloutEngine:
     requests are batched. `distributed=True` joins the training ranks' torch.distributed world."""
 
     def __init__(
-        self,
-        model_path: str | Path,
-        stop_ids: list[int],
-        *,
-        pad_token_id: int,
-        dtype: str = "float32",
-        max_model_len: int | None = None,
-        seed: int = 0,
-        tensor_parallel_size: int = 1,
-        gpu_memory_utilization: float = 0.6,
-        cpu_kv_cache_gib: float = 1.0,
-        distributed: bool = False,
+        self, model_path: str | Path, stop_ids: list[int], pad_token_id: int, settings: EngineSettings
     ):
         self.vllm = vllm_compat.import_vllm()
-        self.llm = vllm_compat.start_engine(
-            str(model_path),
-            dtype=dtype,
-            max_model_len=max_model_len,
-            seed=seed,
-            tensor_parallel_size=tensor_parallel_size,
-            gpu_memory_utilization=gpu_memory_utilization,
-            cpu_kv_cache_gib=cpu_kv_cache_gib,
-            distributed=distributed,
-        )
+        self.llm = vllm_compat.start_engine(str(model_path), settings)
         self.max_model_len = vllm_compat.max_model_len(self.llm)
         self.default_stop_ids = list(stop_ids)
         self.pad_token_id = pad_token_id

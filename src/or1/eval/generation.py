@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from or1.engines.rollout import RolloutEngine, SamplingParams
+from or1.engines.rollout import EngineSettings, RolloutEngine, SamplingParams
 from or1.eval.protocols import EvalSampling
 from or1.tokens import prompt_ids
 
@@ -65,5 +65,7 @@ def load_sampler(engine: str, model: Path | str, sampling: EvalSampling) -> Samp
     from or1.tokens import load_tokenizer
 
     return engine_sampler(
-        load_rollout_engine(engine, model, seed=sampling.seed), load_tokenizer(model), sampling
+        load_rollout_engine(engine, model, EngineSettings(seed=sampling.seed)),
+        load_tokenizer(model),
+        sampling,
     )

@@ -46,10 +46,13 @@ class Grader:
     ):
         self.sampling, self.reward_workers = sampling, reward_workers
         from or1.engines.loading import load_rollout_engine
+        from or1.engines.rollout import EngineSettings
         from or1.tokens import load_tokenizer
 
         self.tokenizer = load_tokenizer(model_path)
-        self.engine = load_rollout_engine(engine, model_path, micro_batch_size=micro_batch_size)
+        self.engine = load_rollout_engine(
+            engine, model_path, EngineSettings(micro_batch_size=micro_batch_size)
+        )
 
     def grade(self, rows: list[dict[str, Any]]) -> dict[str, Any]:
         """{"solved": count per row, "node": where this ran}; the chunk's seed derives from its first prompt."""

@@ -17,7 +17,7 @@ from transformers import PreTrainedTokenizerBase
 
 from or1.data.synthetic import code_validation_rows, math_validation_rows
 from or1.engines.loading import load_rollout_engine
-from or1.engines.rollout import RolloutEngine, SamplingParams
+from or1.engines.rollout import EngineSettings, RolloutEngine, SamplingParams
 from or1.rewards.code import score_code_batch
 from or1.rewards.math import verify_math
 from or1.tokens import load_tokenizer, prompt_ids
@@ -96,7 +96,7 @@ def validation_solve_rate(
     """The solve rate of a saved model on one of the tiny world's fixed validation splits (`ability`: math, the
     200 arithmetic problems, or code, the 100 programs; `engine`: hf, vllm)."""
     return measure_solve_rate(
-        load_rollout_engine(engine, model_dir, micro_batch_size=128),
+        load_rollout_engine(engine, model_dir, EngineSettings(micro_batch_size=128)),
         load_tokenizer(model_dir),
         math_validation_rows() if ability == "math" else code_validation_rows(),
         samples=samples,

@@ -22,7 +22,7 @@ import torch.distributed as dist
 from or1.algos.losses import LossConfig
 from or1.config.schema import RunConfig
 from or1.engines.loading import load_rollout_engine
-from or1.engines.rollout import RolloutEngine, SamplingParams
+from or1.engines.rollout import EngineSettings, RolloutEngine, SamplingParams
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import (
     ADVANTAGES,
@@ -100,19 +100,18 @@ class ActorRolloutRefWorker(Worker):
         if r.engine == "vllm" and self.device.type == "cuda":
             # vLLM's external launcher takes cuda:<LOCAL_RANK>; Ray shows each rank only its own GPU (cuda:0)
             os.environ["LOCAL_RANK"] = str(self.device.index)
-        return load_rollout_engine(
-            r.engine,
-            self.model_path,
-            tokenizer=self.tokenizer,
-            device=self.device,
+        settings = EngineSettings(
             dtype=dtype,
-            max_model_len=self.cfg.data.max_prompt_length + self._longest_response(),
-            micro_batch_size=r.micro_batch_size,
             seed=self.cfg.trainer.seed,
+            micro_batch_size=r.micro_batch_size,
+            max_model_len=self.cfg.data.max_prompt_length + self._longest_response(),
             tensor_parallel_size=tp,
             gpu_memory_utilization=r.gpu_memory_utilization,
             cpu_kv_cache_gib=r.cpu_kv_cache_gib,
             distributed=True,  # every rank builds its vLLM engine in this same call (ONE_TO_ALL)
+        )
+        return load_rollout_engine(
+            r.engine, self.model_path, settings, tokenizer=self.tokenizer, device=self.device
         )
 
     def _longest_response(self) -> int:
