@@ -65,9 +65,8 @@ class Trainer:
     rewards: RewardManager  # the verifiers' front-end, in this process
     loader: PromptLoader
     entropy: AdaptiveEntropyController
-    checkpoints: (
-        CheckpointManager  # saves and loads the workers and the parts above (build_trainer names them)
-    )
+    # saves and loads the worker groups and the controller's parts (build_trainer names them)
+    checkpoints: CheckpointManager
     logger: MetricsLogger
     skipped: SkippedSteps
     prompt_stats: PromptStats = field(default_factory=PromptStats)
@@ -143,7 +142,7 @@ def stop_between_steps(t: Trainer) -> None:
     assert t.stop is not None
     latest = t.checkpoints.latest()
     if t.step > 0 and latest != t.checkpoints.folder(t.step):
-        latest = save(t)
+        latest = t.checkpoints.save(t.step)
     where = f"checkpoint {latest}" if t.step > 0 else "no step finished, nothing to keep"
     t.stop.raise_if_requested(f"stopped after step {t.step} of {t.cfg.trainer.steps} ({where})")
 
@@ -193,7 +192,7 @@ def _finish_step(t: Trainer, step: int, metrics: dict[str, float], sampled: Batc
     if sampled is not None:
         write_step_samples(t.logger.stage_dir, step, sampled, t.cfg.trainer.samples_per_step)
     if step % t.cfg.trainer.save_every == 0 or step == t.cfg.trainer.steps:
-        save(t)
+        t.checkpoints.save(t.step)
 
 
 class OldLogProbs:
@@ -240,11 +239,6 @@ class FusedOldLogProbs(OldLogProbs):
         batch = batch.union(t.actor.fused_old_log_probs(batch.only([RESPONSE_MASK])))
         t.entropy.step(update["sampled_entropy"], alpha=alpha)
         return batch
-
-
-def save(t: Trainer) -> Path:
-    """Every part of the stage's state at its current step, committed atomically (`CheckpointManager.save`)."""
-    return t.checkpoints.save(t.step)
 
 
 def restore(t: Trainer, folder: Path) -> None:
