@@ -127,7 +127,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         tiny_dir = args.model_dir
         if not (tiny_dir / "config.json").is_file():
-            from or1.tinyworld.model import TinyModelSpec
+            from or1.tinyworld.architecture import TinyModelSpec
 
             tiny_dir = Path(tmp) / "tiny"
             shape = TinyModelSpec()

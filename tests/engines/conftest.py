@@ -6,9 +6,9 @@ import os
 from pathlib import Path
 
 import pytest
-from or1.tinyworld.tokenizer import train_tokenizer
 
-from or1.tinyworld.model import TinyModelSpec, build_tiny_model
+from or1.tinyworld.architecture import TinyModelSpec, build_tiny_model
+from or1.tinyworld.tokenizer import train_tokenizer
 
 SPEC = TinyModelSpec(
     hidden_size=64, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2, intermediate_size=128

@@ -11,7 +11,7 @@ from or1.engines.hf_rollout import HFRolloutEngine
 from or1.engines.loading import load_causal_lm, load_rollout_engine
 from or1.engines.rollout import EngineSettings, SamplingParams
 from or1.errors import UserError
-from or1.tinyworld.model import TinyModelSpec, build_tiny_model
+from or1.tinyworld.architecture import TinyModelSpec, build_tiny_model
 from or1.tinyworld.tokenizer import train_tokenizer
 from or1.tokens import load_tokenizer
 

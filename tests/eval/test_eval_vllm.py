@@ -6,12 +6,12 @@ import json
 from pathlib import Path
 
 import pytest
-from or1.tinyworld.tokenizer import train_tokenizer
 from typer.testing import CliRunner
 
 from or1.cli import app
 from or1.data.benchmarks import benchmark_folder
-from or1.tinyworld.model import TinyModelSpec, build_tiny_model
+from or1.tinyworld.architecture import TinyModelSpec, build_tiny_model
+from or1.tinyworld.tokenizer import train_tokenizer
 
 BENCHMARKS = benchmark_folder()
 

@@ -16,7 +16,7 @@ from or1.plan.memory import GIB
 from or1.plan.model import read_model_shape
 from or1.plan.stage import Device, plan_stage
 from or1.plan.table import format_stage
-from or1.tinyworld.model import TinyModelSpec
+from or1.tinyworld.architecture import TinyModelSpec
 
 CONFIGS = (
     Path(__file__).parent / "configs"

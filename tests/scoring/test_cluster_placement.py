@@ -22,7 +22,7 @@ from or1.hybrid.batch import Batch
 from or1.hybrid.cluster import ray_session
 from or1.sandbox.pool import unavailable
 from or1.scoring import RewardManager
-from or1.scoring.cluster import short_node
+from or1.scoring.cluster_placement import short_node
 from or1.scoring.scorer import Scorer
 from or1.trainer.phases import scoring_metrics
 from run_files import metrics, tiny_run, two_node_cluster

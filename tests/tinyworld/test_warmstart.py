@@ -1,12 +1,12 @@
 import pytest
 import torch
-from or1.tinyworld.init import _tokenizer_corpus
-from or1.tinyworld.tokenizer import train_tokenizer
-from or1.tinyworld.warmstart import IGNORE_INDEX, SFTConfig, lr_factor, sft_batch, sft_examples
 
 from or1.data.synthetic_code import OPS, CodeTask
 from or1.data.synthetic_math import ArithmeticProblem
-from or1.tinyworld.model import build_tiny_model, count_parameters
+from or1.tinyworld.architecture import build_tiny_model, count_parameters
+from or1.tinyworld.init import _tokenizer_corpus
+from or1.tinyworld.tokenizer import train_tokenizer
+from or1.tinyworld.warmstart import IGNORE_INDEX, SFTConfig, lr_factor, sft_batch, sft_examples
 
 
 @pytest.fixture(scope="module")

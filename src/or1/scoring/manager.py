@@ -5,7 +5,7 @@ out at `finish()`. reward.placement head scores in the controller's process: `or
 the verifiers in a persistent pool of killable processes with hard time limits (code inside the sandbox), on a
 background thread, so scoring overlaps whatever the controller does meanwhile. verl and Skywork-OR1 score
 rule-based rewards in the driver with a process pool too. reward.placement cluster spreads the rows over one scorer
-actor per Ray node (or1.scoring.cluster), each with its own verifier processes and sandbox.
+actor per Ray node (or1.scoring.cluster_placement), each with its own verifier processes and sandbox.
 
 `compute_scores` reads non-tensor columns `ability`, `response_text`, `reward_model`; writes `scores` [B] (float),
 the non-tensor `score_reason`, `score_seconds` and `score_node`, with the seconds each ability's verifier took in
@@ -54,7 +54,7 @@ class RewardManager:
         self._plane = None
         self._executor: ThreadPoolExecutor | None = None
         if config.placement == "cluster":
-            from or1.scoring.cluster import ScorerPlane  # imports Ray: only for cluster placement
+            from or1.scoring.cluster_placement import ScorerPlane  # imports Ray: only for cluster placement
 
             self._plane = ScorerPlane(config, scorer_cls)
         else:
@@ -66,7 +66,7 @@ class RewardManager:
     def session(self) -> ScoringSession:
         """A new scoring session (one per batch): `submit` rows as they are ready, `finish` for every score."""
         if self._plane is not None:
-            from or1.scoring.cluster import ClusterSession
+            from or1.scoring.cluster_placement import ClusterSession
 
             self._plane.add_new_nodes()
             return ClusterSession(self._plane)

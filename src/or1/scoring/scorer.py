@@ -1,6 +1,6 @@
 """One reward scorer per Ray node: scores chunks of rows with that node's own verifier processes and sandbox.
 
-The controller's scorer plane (`or1.scoring.cluster`) starts one `Scorer` actor on every node when
+The controller's scorer plane (`or1.scoring.cluster_placement`) starts one `Scorer` actor on every node when
 reward.placement is cluster, declaring its CPUs to Ray, and feeds it chunks of rows of one ability. The actor scores
 with the same `or1.scoring.session.timed_scores` as head placement, so a row scores the same wherever it is scored;
 its verifier pools are process-wide in the actor and die with it. Chunks run one at a time (the pools run one batch

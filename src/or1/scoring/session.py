@@ -2,8 +2,9 @@
 
 One session per batch. The caller submits rows while it does something else (generation streams finished rows
 in); `finish` blocks until each submitted row is scored exactly once. `HeadSession` scores in this process on a
-background thread (reward.placement head); `or1.scoring.cluster` spreads the rows over one scorer actor per Ray
-node (cluster). Both score with `timed_scores` (`or1.rewards.score.score_with`), so a row scores the same in either.
+background thread (reward.placement head); `or1.scoring.cluster_placement` spreads the rows over one scorer actor
+per Ray node (cluster). Both score with `timed_scores` (`or1.rewards.score.score_with`), so a row scores the same
+in either.
 """
 
 from __future__ import annotations

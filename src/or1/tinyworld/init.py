@@ -23,7 +23,7 @@ from or1.data.synthetic import math_validation_rows
 from or1.data.synthetic_code import CODE_SFT_STEPS, task_stream
 from or1.data.synthetic_math import problem_stream
 from or1.errors import UserError
-from or1.tinyworld.model import TinyModelSpec, build_tiny_model, count_parameters
+from or1.tinyworld.architecture import TinyModelSpec, build_tiny_model, count_parameters
 from or1.tinyworld.solve_rate import SolveRate, validation_solve_rate
 from or1.tinyworld.tokenizer import train_tokenizer
 from or1.tinyworld.warmstart import SFTConfig, SFTReport, warm_start

@@ -26,7 +26,7 @@ from or1.trainer.handoff import critic_start
 from or1.trainer.loop import Trainer
 from or1.trainer.request import TrainRequest
 from or1.trainer.resume import check_config_unchanged, has_results
-from or1.trainer.session import StageStart, train_in_session
+from or1.trainer.stage_session import StageStart, train_in_session
 from or1.trainer.summary import stage_summary, summary_lines, write_summary
 
 
