@@ -34,6 +34,16 @@ def _weighted(token_loss: Tensor, is_weights: Tensor | None, mask: Tensor) -> Te
     return token_loss * masked(is_weights.detach().to(token_loss.dtype), mask)
 
 
+def _clipped_surrogate(
+    advantages: Tensor, ratio: Tensor, clip_low: float, clip_high: float
+) -> tuple[Tensor, Tensor]:
+    """PPO's per-token max(-A * r, -A * clip(r, 1 - clip_low, 1 + clip_high)), and where the clipped term is the
+    larger one (detached, for clip_frac)."""
+    unclipped = -advantages * ratio
+    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
+    return torch.maximum(unclipped, clipped), clipped.detach() > unclipped.detach()
+
+
 def ppo_clip_loss(
     log_probs: Tensor,
     old_log_probs: Tensor,
@@ -65,9 +75,7 @@ def ppo_clip_loss(
     log_ratio = masked(log_probs - old_log_probs, mask).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
     advantages = masked(advantages, mask)
     ratio = torch.exp(log_ratio)
-    unclipped = -advantages * ratio
-    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    token_loss = torch.maximum(unclipped, clipped)
+    token_loss, clip_active = _clipped_surrogate(advantages, ratio, clip_low, clip_high)
     dual = torch.zeros_like(token_loss, dtype=torch.bool)
     if clip_ratio_c is not None:
         bound = -advantages * clip_ratio_c
@@ -78,7 +86,7 @@ def ppo_clip_loss(
     with torch.no_grad():
         ratio_d, adv_d = ratio.detach(), advantages.detach()
         metrics = {
-            "clip_frac": masked_mean((clipped.detach() > unclipped.detach()).float(), mask),
+            "clip_frac": masked_mean(clip_active.float(), mask),
             "clip_frac_low": masked_mean(((adv_d < 0) & (ratio_d < 1.0 - clip_low)).float(), mask),
             "clip_frac_high": masked_mean(((adv_d > 0) & (ratio_d > 1.0 + clip_high)).float(), mask),
             "approx_kl": masked_mean(ratio_d - 1.0 - log_ratio.detach(), mask),
@@ -119,15 +127,13 @@ def gspo_loss(
     token_log_ratio = masked(log_probs - log_probs.detach(), mask) + seq_log_ratio[:, None]
     ratio = torch.exp(token_log_ratio)
     advantages = masked(advantages, mask)
-    unclipped = -advantages * ratio
-    clipped = -advantages * ratio.clamp(1.0 - clip_low, 1.0 + clip_high)
-    token_loss = torch.maximum(unclipped, clipped)
+    token_loss, clip_active = _clipped_surrogate(advantages, ratio, clip_low, clip_high)
     agg = {"num_tokens": num_tokens, "num_seqs": num_seqs, "norm_length": norm_length}
     loss = aggregate(_weighted(token_loss, is_weights, mask), mask, agg_mode, **agg)
     with torch.no_grad():
         token_ratio = torch.exp(log_ratio.detach().clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND))
         metrics = {
-            "clip_frac": masked_mean((clipped.detach() > unclipped.detach()).float(), mask),
+            "clip_frac": masked_mean(clip_active.float(), mask),
             "approx_kl": masked_mean(token_ratio - 1.0 - log_ratio.detach(), mask),
             "ratio_mean": masked_mean(ratio.detach(), mask),
         }

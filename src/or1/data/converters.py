@@ -159,12 +159,8 @@ class _StrOnlyUnpickler(pickle.Unpickler):
 
 def decode_private_tests(blob: Any) -> list[dict[str, Any]]:
     """LiveCodeBench private tests: a JSON string, or base64 -> zlib -> pickle of a JSON string (str only)."""
-    if blob is None or blob == "":
-        return []
-    if isinstance(blob, list):
-        return blob
     try:
-        return _json_tests(blob)
+        return _json_tests(blob)  # also None, "" (no tests) and a list as is
     except UserError:
         pass  # not plain JSON: the compressed form
     try:
@@ -178,6 +174,7 @@ def decode_private_tests(blob: Any) -> list[dict[str, Any]]:
 
 
 def _json_tests(value: Any) -> list[dict[str, Any]]:
+    """Test cases from a JSON list string; a list as is, None or "" as none."""
     if value is None or value == "":
         return []
     if isinstance(value, list):

@@ -1,7 +1,8 @@
 """The tiny world's data: or1 rows of synthetic math and code tasks, deterministic from a seed, fully offline.
 
 Validation sets are fixed (independent of the seed) and disjoint from every train set, so solve rates from
-different runs compare. The generators themselves live in synthetic_math.py and synthetic_code.py.
+different runs compare. The generators themselves live in synthetic_math.py and synthetic_code.py, the way both
+draw (a held-out set, endless draws that skip it) in synthetic_draws.py.
 """
 
 from __future__ import annotations

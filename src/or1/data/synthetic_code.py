@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from or1.data.rows import make_row
+from or1.data.synthetic_draws import endless, held_out
 
 CODE_SOURCE = "tiny-code-stdio"
 TESTS_PER_TASK = 4
@@ -133,27 +134,17 @@ def sample_task(rng: random.Random, num_steps: int) -> CodeTask:
 
 def validation_tasks() -> list[CodeTask]:
     """The fixed held-out set: CODE_VALIDATION_PER_STEPS distinct tasks for each step count."""
-    rng = random.Random(CODE_VALIDATION_SEED)
-    tasks: list[CodeTask] = []
-    for num_steps in CODE_VALIDATION_STEPS:
-        seen: set[str] = set()
-        while len(seen) < CODE_VALIDATION_PER_STEPS:
-            task = sample_task(rng, num_steps)
-            if task.key not in seen:
-                seen.add(task.key)
-                tasks.append(task)
-    return tasks
+    return held_out(CODE_VALIDATION_SEED, CODE_VALIDATION_STEPS, CODE_VALIDATION_PER_STEPS, sample_task, _key)
 
 
 def task_stream(seed: int, steps: Iterable[int], exclude: set[str] | None = None) -> Iterator[CodeTask]:
     """Endless tasks with step counts drawn uniformly from `steps`, skipping keys in `exclude` (default: validation)."""
-    rng = random.Random(seed)
-    choices = list(steps)
     skip = exclude if exclude is not None else {t.key for t in validation_tasks()}
-    while True:
-        task = sample_task(rng, rng.choice(choices))
-        if task.key not in skip:
-            yield task
+    yield from endless(seed, steps, skip, sample_task, _key)
+
+
+def _key(task: CodeTask) -> str:
+    return task.key
 
 
 def code_tasks(seed: int, size: int, steps: Iterable[int] = CODE_RL_STEPS) -> list[CodeTask]:

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from or1.data.rows import make_row
+from or1.data.synthetic_draws import endless, held_out
 
 MATH_SOURCE = "tiny-math-arith"
 # the validation set is fixed, whatever seed trains: results stay comparable across runs
@@ -72,29 +73,19 @@ def sample_problem(rng: random.Random, num_ops: int, max_operand: int = 9) -> Ar
 
 def validation_problems() -> list[ArithmeticProblem]:
     """The fixed held-out set: VALIDATION_PER_OPS distinct problems for each operand count in VALIDATION_OPS."""
-    rng = random.Random(VALIDATION_SEED)
-    problems: list[ArithmeticProblem] = []
-    for num_ops in VALIDATION_OPS:
-        seen: set[str] = set()
-        while len(seen) < VALIDATION_PER_OPS:
-            problem = sample_problem(rng, num_ops)
-            if problem.expression not in seen:
-                seen.add(problem.expression)
-                problems.append(problem)
-    return problems
+    return held_out(VALIDATION_SEED, VALIDATION_OPS, VALIDATION_PER_OPS, sample_problem, _expression)
 
 
 def problem_stream(
     seed: int, ops: Iterable[int], exclude: set[str] | None = None
 ) -> Iterator[ArithmeticProblem]:
     """Endless problems with operand counts drawn uniformly from `ops`, skipping expressions in `exclude`."""
-    rng = random.Random(seed)
-    choices = list(ops)
     skip = exclude if exclude is not None else {p.expression for p in validation_problems()}
-    while True:
-        problem = sample_problem(rng, rng.choice(choices))
-        if problem.expression not in skip:
-            yield problem
+    yield from endless(seed, ops, skip, sample_problem, _expression)
+
+
+def _expression(problem: ArithmeticProblem) -> str:
+    return problem.expression
 
 
 def distinct_problems(seed: int, size: int, ops: Iterable[int]) -> list[ArithmeticProblem]:
