@@ -67,9 +67,9 @@ from pathlib import Path
 import pandas as pd
 import pytest
 import yaml
-from or1.tinyworld.init import init_tiny_model
 
 from or1.data.synthetic import SPLITS, TinyDataset, write_tiny_dataset
+from or1.tinyworld.init import init_tiny_model
 
 RECIPE = Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml"
 STEPS = (100, 60, 60)  # the shipped recipe: 250 / 100 / 100

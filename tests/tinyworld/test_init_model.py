@@ -4,11 +4,11 @@ import subprocess
 import sys
 
 import pytest
-from or1.tinyworld.init import REPORT_FILE, init_tiny_model
 from tokenizers import Tokenizer
 
 from or1.engines.loading import load_causal_lm
 from or1.errors import UserError
+from or1.tinyworld.init import REPORT_FILE, init_tiny_model
 from or1.tokens import is_or1_tiny, load_tokenizer
 
 

@@ -1,10 +1,10 @@
 import pytest
-from or1.tinyworld.init import _tokenizer_corpus
-from or1.tinyworld.solve_rate import measure_solve_rate
-from or1.tinyworld.tokenizer import train_tokenizer
 
 from or1.data.synthetic import code_validation_rows, math_validation_rows
 from or1.engines.hf_rollout import Generations
+from or1.tinyworld.init import _tokenizer_corpus
+from or1.tinyworld.solve_rate import measure_solve_rate
+from or1.tinyworld.tokenizer import train_tokenizer
 
 
 class _ScriptedEngine:

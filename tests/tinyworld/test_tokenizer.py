@@ -1,4 +1,5 @@
 import pytest
+
 from or1.tinyworld.init import _tokenizer_corpus
 from or1.tinyworld.tokenizer import IM_END, train_tokenizer
 

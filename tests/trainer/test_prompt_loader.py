@@ -5,11 +5,11 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
-from or1.tinyworld.tokenizer import train_tokenizer
 
 from or1.data.rows import write_rows
 from or1.data.synthetic import math_train_rows
 from or1.errors import UserError
+from or1.tinyworld.tokenizer import train_tokenizer
 from or1.tokens import prompt_ids
 from or1.trainer.prompt_loader import PromptLoader
 

@@ -17,10 +17,10 @@ import statistics
 from pathlib import Path
 
 import pytest
-from or1.tinyworld.init import init_tiny_model
-from or1.tinyworld.solve_rate import validation_solve_rate
 
 from or1.data.synthetic import write_tiny_dataset
+from or1.tinyworld.init import init_tiny_model
+from or1.tinyworld.solve_rate import validation_solve_rate
 from or1.trainer.launch import launch
 from or1.trainer.request import TrainRequest
 

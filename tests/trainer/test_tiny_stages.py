@@ -25,11 +25,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from or1.tinyworld.init import init_tiny_model
-from or1.tinyworld.solve_rate import validation_solve_rate
 from safetensors.torch import load_file
 
 from or1.data.synthetic import write_tiny_dataset
+from or1.tinyworld.init import init_tiny_model
+from or1.tinyworld.solve_rate import validation_solve_rate
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 BASE_SFT_STEPS = 600  # the `or1 init-model` default
