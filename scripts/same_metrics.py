@@ -28,7 +28,9 @@ def differences(before: list[dict], after: list[dict]) -> list[str]:
         keys, new_keys = ([k for k in row if not k.startswith(WALL_CLOCK)] for row in (old, new))
         if keys != new_keys:
             only = sorted(set(keys) ^ set(new_keys))
-            found.append(f"step {step}: the keys differ ({only})" if only else f"step {step}: keys in another order")
+            found.append(
+                f"step {step}: the keys differ ({only})" if only else f"step {step}: keys in another order"
+            )
         found += [f"step {step}: {k} {old[k]!r} -> {new[k]!r}" for k in keys if k in new and old[k] != new[k]]
     return found
 
