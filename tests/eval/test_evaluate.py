@@ -1,4 +1,4 @@
-"""The runner with a fake sampler: outputs, caching, resume after a crash or a SIGKILL, fingerprint checks."""
+"""run_eval with a fake sampler: outputs, caching, resume after a crash or a SIGKILL, fingerprint checks."""
 
 from __future__ import annotations
 
