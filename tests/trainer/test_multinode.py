@@ -8,6 +8,7 @@ numbers whichever machine each lives on.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -80,8 +81,10 @@ def command(
 
 def test_a_two_node_pool_puts_one_rank_on_each_node(cluster):
     c, worker_node = cluster
-    # the workers unpickle WhereAmI from this test module
-    with ray_session(c.address, runtime_env={"env_vars": {"PYTHONPATH": str(Path(__file__).parent)}}):
+    # the workers unpickle WhereAmI from this test module, which imports tests/run_files
+    here = Path(__file__).resolve()
+    path = os.pathsep.join(str(folder) for folder in (here.parent, here.parents[1]))
+    with ray_session(c.address, runtime_env={"env_vars": {"PYTHONPATH": path}}):
         group = WorkerGroup(ResourcePool(2, 1, use_gpu=False), WhereAmI, name="where")
         try:
             (node0, total0), (node1, total1) = group.node()
