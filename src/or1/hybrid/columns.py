@@ -6,6 +6,8 @@ names, so a reader finds every producer and consumer of a column by its constant
 
 from __future__ import annotations
 
+from typing import Any
+
 # Prompts (trainer/prompt_loader.py, trainer/validation.py), non-tensor, one per prompt
 PROMPT_IDS = "prompt_ids"  # the chat-templated prompt's token ids (or1.tokens.prompt_ids)
 UID = "uid"  # the GRPO group: one per prompt, repeated over its n samples
@@ -48,3 +50,8 @@ SEQUENCE_COLUMNS = (INPUT_IDS, ATTENTION_MASK, RESPONSES, RESPONSE_MASK)
 UPDATE_COLUMNS = (*SEQUENCE_COLUMNS, OLD_LOG_PROBS, ADVANTAGES)
 CRITIC_COLUMNS = (*SEQUENCE_COLUMNS, VALUES, RETURNS)
 REWARD_COLUMNS = (ABILITY, RESPONSE_TEXT, REWARD_MODEL)  # what the verifiers read
+
+
+def reward_input(ability: str, response: str, reward_model: dict[str, Any]) -> dict[str, Any]:
+    """One row as the verifiers read it (`or1.rewards.score`): the REWARD_COLUMNS, the text named `response`."""
+    return {ABILITY: ability, "response": response, REWARD_MODEL: reward_model}

@@ -28,6 +28,7 @@ from or1.hybrid.columns import (
     SCORE_REASON,
     SCORE_SECONDS,
     SCORES,
+    reward_input,
 )
 from or1.rewards.score import math_pool
 from or1.scoring.session import HEAD_NODE, HeadSession, Scored, ScoringSession, row_seconds
@@ -85,10 +86,7 @@ class RewardManager:
         row as it finishes); the rows it has not seen are submitted now. The meta then also says how much of the
         scoring ran while the caller did something else (REWARD_HIDDEN) and how long the caller waited for it.
         """
-        rows = [
-            {"ability": ability, "response": text, "reward_model": reward_model}
-            for ability, text, reward_model in zip(*(batch[c] for c in REWARD_COLUMNS), strict=True)
-        ]
+        rows = [reward_input(*row) for row in zip(*(batch[c] for c in REWARD_COLUMNS), strict=True)]
         session = session or self.session()
         seen = session.submitted
         unseen = [i for i in range(len(rows)) if i not in seen]

@@ -28,6 +28,7 @@ from or1.hybrid.columns import (
     REWARD_MODEL,
     ROLLOUT_LOG_PROBS,
     TRUNCATED,
+    reward_input,
 )
 
 if TYPE_CHECKING:
@@ -68,14 +69,11 @@ class FinishedRows:
             self.text[local] = words
             if self.readable:
                 prompt = local // self.n
-                self.ready.append(
-                    {
-                        "key": self.rank * len(self.rows) + local,
-                        ABILITY: self.prompts[ABILITY][prompt],
-                        "response": words,
-                        REWARD_MODEL: self.prompts[REWARD_MODEL][prompt],
-                    }
+                key = self.rank * len(self.rows) + local
+                inputs = reward_input(
+                    self.prompts[ABILITY][prompt], words, self.prompts[REWARD_MODEL][prompt]
                 )
+                self.ready.append({"key": key, **inputs})
         return self.rest() if len(self.ready) >= self.group else []
 
     def rest(self) -> list[dict[str, Any]]:
