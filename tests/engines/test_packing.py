@@ -1,7 +1,7 @@
-"""Padding removal: a packed row (position ids restarting per sequence, no attention mask) gives each sequence the
-outputs it gets alone, under transformers' sdpa and eager attention; packed passes and token-budget micro-batches
-(2 gloo ranks) give the padded passes' log-probs, entropy, losses, gradients and critic values; an on-policy update
-without old log-probs equals the two-pass update."""
+"""Padding removal: a packed row (position ids restarting per sequence, the sequences' boundaries) gives each sequence
+the outputs it gets alone, under or1's packed attention and transformers' sdpa and eager masks; packed passes and
+token-budget micro-batches (2 gloo ranks) give the padded passes' log-probs, entropy, losses, gradients and critic
+values; an on-policy update without old log-probs equals the two-pass update."""
 
 from __future__ import annotations
 
@@ -18,54 +18,46 @@ from or1.algos.losses import LossConfig
 from or1.engines.fsdp_actor import FSDPTrainEngine
 from or1.engines.fsdp_critic import FSDPCriticEngine
 from or1.engines.loading import load_causal_lm
-from or1.engines.packing import pack_rows, packed_window, padded_window, token_budget_slices
+from or1.engines import varlen
+from or1.engines.packing import packed_window, padded_window, token_budget_slices
 from or1.engines.train_settings import TrainSettings
+from or1.engines.varlen import Segments
 from or1.hybrid.batch import Batch
 
 
-@pytest.mark.parametrize("one_row", [False, True])
-@pytest.mark.parametrize("attention", ["sdpa", "eager"])
-def test_packed_sequences_attend_only_to_themselves(model_dir: Path, attention: str, one_row: bool) -> None:
+@pytest.mark.parametrize("attention", ["or1_varlen", "sdpa", "eager"])
+def test_packed_sequences_attend_only_to_themselves(model_dir: Path, attention: str) -> None:
+    """One packed row gives each sequence the outputs it gets alone: through the segments (or1's), and through the
+    mask transformers builds from the position ids (sdpa, eager)."""
     model = load_causal_lm(model_dir)
-    model.set_attn_implementation(attention)
+    if attention == varlen.ATTENTION:
+        varlen.enable(model)
+    else:
+        model.set_attn_implementation(attention)
     model.eval()
     micro = make_batch(12).tensors
-    window = packed_window(micro, one_row=one_row)
+    window = packed_window(micro)
     lengths = micro["attention_mask"].sum(-1)
     ids = window.inputs["input_ids"]
-    if one_row:
-        assert ids.shape == (1, int(lengths.sum()))
-    else:  # several sequences share a row, and the rows hold hardly more positions than there are tokens
-        assert 1 < ids.shape[0] < 12 and ids.shape[1] >= int(lengths.max())
-        assert ids.numel() < 1.25 * int(lengths.sum())
+    assert ids.shape == (1, int(lengths.sum())) and window.segments.lengths == tuple(lengths.tolist())
     with torch.no_grad():
         # without use_cache=False a cache is made and transformers no longer reads sequences from position ids
         packed = window.picked(model(**window.inputs, use_cache=False).logits)[0]
-        # the same rows read as one long sequence each: later sequences then see earlier ones
-        one_sequence = torch.arange(ids.shape[1]).expand_as(ids)
-        leaky = window.picked(model(input_ids=ids, position_ids=one_sequence).logits)[0]
+        # the row read as one long sequence: later sequences then see earlier ones
+        one_sequence = {"position_ids": torch.arange(ids.shape[1])[None], "segments": Segments((ids.shape[1],))}
+        leaky = window.picked(model(input_ids=ids, use_cache=False, **one_sequence).logits)[0]
     start = 0
     for i in range(12):  # each row alone, no padding: the reference, at the positions before its responses
         mask = micro["attention_mask"][i].bool()
         responses = int(window.real[i].sum())
         with torch.no_grad():
-            alone = model(input_ids=micro["input_ids"][i][mask][None]).logits[0, -responses - 1 : -1]
+            alone = model(
+                input_ids=micro["input_ids"][i][mask][None], segments=Segments((int(mask.sum()),))
+            ).logits[0, -responses - 1 : -1]
         end = start + responses
         torch.testing.assert_close(packed[start:end], alone, atol=1e-5, rtol=1e-5)
         start = end
     assert not torch.allclose(leaky, packed, atol=1e-3)
-
-
-def test_pack_rows_fills_rows_first_fit_decreasing() -> None:
-    width, rows = pack_rows([5, 3, 5, 2])
-    # widths 5 .. 10: at 5 three rows (15 positions), at 8 two (16), at 10 two (20): the fewest positions win
-    assert width == 5 and rows == [[0], [2], [1, 3]]
-    width, rows = pack_rows([4, 4, 4, 4])
-    assert width == 4 and len(rows) == 4  # no gain from wider rows: the narrowest of equals
-    width, rows = pack_rows([8, 2, 2, 2, 2, 2, 2, 2, 2])  # a perfect fit at the longest's width
-    assert width == 8 and rows == [[0], [1, 2, 3, 4], [5, 6, 7, 8]]
-    assert pack_rows([5, 4, 3]) == (7, [[0], [1, 2]])  # 14 positions; 15 at width 5, 16 at 8
-    assert pack_rows([7]) == (7, [[0]])
 
 
 def test_packed_and_padded_windows_score_the_same_response_tokens(model_dir: Path) -> None:

@@ -11,9 +11,10 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from gloo_ranks import spawn_ranks
 from or1.algos.losses import token_log_probs
 from or1.engines import ulysses
+from or1.engines.varlen import Segments
 from or1.errors import UserError
 
-LENGTHS = (7, 12, 3, 9)  # 31 tokens: SP=2 pads one dummy token
+LENGTHS = (7, 12, 1, 3, 8)  # 31 tokens, one sequence of a single token: SP=2 pads one dummy token
 KV_HEADS = (2, 1)  # 1: fewer key/value heads than SP ranks, so they are repeated
 
 
@@ -59,12 +60,15 @@ def sp_step(kv_heads: int, group: dist.ProcessGroup | None) -> dict:
     # targets: the next token of the same sequence; a sequence's last token predicts nothing (weight 0)
     targets = torch.cat([torch.cat([s[1:], s[:1]]) for s in seqs])[None]
     weights = torch.cat([torch.cat([torch.ones(len(s) - 1), torch.zeros(1)]) for s in seqs])[None]
-    padded_ids, padded_positions = ulysses.pad_to_multiple(ids, positions, ulysses.group_size(group))
+    padded_ids, padded_positions, segments = ulysses.pad_to_multiple(
+        ids, positions, Segments(LENGTHS), ulysses.group_size(group)
+    )
     padded_targets = torch.nn.functional.pad(targets, (0, padded_ids.shape[1] - ids.shape[1]))
-    ulysses.activate(group, padded_positions)
     local_logits = model(
         input_ids=ulysses.local_slice(padded_ids, group),
         position_ids=ulysses.local_slice(padded_positions, group),
+        segments=segments,
+        sp_group=group,
         use_cache=False,
     ).logits
     local = token_log_probs(local_logits, ulysses.local_slice(padded_targets, group))
@@ -107,27 +111,16 @@ def test_two_sp_ranks_equal_each_sequence_alone(two_sp_ranks: dict, kv_heads: in
     )  # every weight has a gradient to match
 
 
-def test_packed_mask_keeps_sequences_apart() -> None:
-    mask = ulysses.packed_mask(torch.tensor([[0, 1, 2, 0, 1, 0]]))
-    expected = torch.tensor(
-        [
-            [1, 0, 0, 0, 0, 0],
-            [1, 1, 0, 0, 0, 0],
-            [1, 1, 1, 0, 0, 0],
-            [0, 0, 0, 1, 0, 0],
-            [0, 0, 0, 1, 1, 0],
-            [0, 0, 0, 0, 0, 1],
-        ],
-        dtype=torch.bool,
-    )
-    assert torch.equal(mask, expected)
-
-
 def test_pad_to_multiple_appends_a_dummy_sequence() -> None:
-    ids, positions = ulysses.pad_to_multiple(torch.tensor([[5, 6, 7]]), torch.tensor([[0, 1, 0]]), 4)
+    ids, positions, segments = ulysses.pad_to_multiple(
+        torch.tensor([[5, 6, 7]]), torch.tensor([[0, 1, 0]]), Segments((2, 1)), 4
+    )
     assert ids.tolist() == [[5, 6, 7, 0]] and positions.tolist() == [[0, 1, 0, 0]]
-    ids, positions = ulysses.pad_to_multiple(torch.tensor([[5, 6, 7]]), torch.tensor([[0, 1, 2]]), 3)
-    assert ids.tolist() == [[5, 6, 7]] and positions.tolist() == [[0, 1, 2]]
+    assert segments.lengths == (2, 1, 1)
+    ids, positions, segments = ulysses.pad_to_multiple(
+        torch.tensor([[5, 6, 7]]), torch.tensor([[0, 1, 2]]), Segments((3,)), 3
+    )
+    assert ids.tolist() == [[5, 6, 7]] and positions.tolist() == [[0, 1, 2]] and segments.lengths == (3,)
 
 
 @pytest.mark.parametrize(("heads", "kv_heads", "sp"), [(4, 2, 3), (6, 4, 3)])

@@ -13,10 +13,10 @@ and right-padded responses, `responses` / `response_mask` [B, R] (the last R col
 is the loss mask), plus `old_log_probs`, `advantages` (and `ref_log_probs`) [B, R] for the policy's update and
 `values`, `returns` [B, R] for the critic's. Micro-batches hold `micro_batch_size` rows, or as many consecutive
 rows as fit `max_tokens_per_micro_batch` tokens. With `remove_padding` a micro-batch's sequences are packed
-end to end into as few rows as fit (`packing.pack_rows`; position ids restart at 0 per sequence and no attention mask, from
-which transformers builds a mask that keeps attention inside each sequence), so almost no compute goes to pad
-tokens; without it, the micro-batch is cut to its longest prompt and response and padded. Either way the outputs
-come back in the [b, R] layout above. On the CPU, attention goes through `attention.grouped_sdpa`.
+end to end into one row (`packing.packed_window`: position ids restart at 0 per sequence) and attention runs inside
+each sequence from their boundaries (`varlen`: flash varlen on CUDA, per-segment sdpa on the CPU, never a mask), so
+no compute goes to pad tokens; without it, the micro-batch is cut to its longest prompt and response and padded
+(on the CPU through `attention.grouped_sdpa`). Either way the outputs come back in the [b, R] layout above.
 
 On CUDA the settings' mixed-precision and offload policies (`train_settings.fsdp_policies`) go to fully_shard;
 `actor.offload` moves the sharded parameters and optimizer state to host memory between phases (`offload` /
@@ -48,7 +48,7 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from transformers import PreTrainedModel
 
 from or1.algos.aggregation import loss_denominators
-from or1.engines import ulysses
+from or1.engines import ulysses, varlen
 from or1.engines.attention import use_grouped_sdpa
 from or1.engines.packing import Window, even_slices, packed_window, padded_window, token_budget_slices
 from or1.engines.train_settings import TrainSettings, fsdp_policies
@@ -87,7 +87,9 @@ class FSDPEngine:
         self.rank = dist.get_rank()
         self.sp = settings.sequence_parallel_size
         self.sp_group = self._sequence_parallel_group(model)
-        if self.device.type == "cpu":  # (Ulysses, when on, has set its own attention)
+        if self.sp_group is None and settings.remove_padding:
+            varlen.enable(model)
+        elif self.sp_group is None and self.device.type == "cpu":
             use_grouped_sdpa(model)
         self.config = model.config
         self.generation_config = getattr(model, "generation_config", None)
@@ -135,17 +137,16 @@ class FSDPEngine:
 
     # ---- passes ------------------------------------------------------------------------------------------------
     def _window(self, micro: dict[str, torch.Tensor]) -> Window:
-        """The model inputs of a micro-batch, packed or padded as the settings say (one packed row under SP)."""
-        if self.sp_group is not None:
-            return packed_window(micro, one_row=True)
-        return packed_window(micro) if self.settings.remove_padding else padded_window(micro)
+        """The model inputs of a micro-batch, packed (always under SP) or padded as the settings say."""
+        packed = self.sp_group is not None or self.settings.remove_padding
+        return packed_window(micro) if packed else padded_window(micro)
 
     def _sequence_parallel_forward(
         self, window: Window, per_token: ulysses.PerToken
     ) -> dict[str, torch.Tensor]:
         """Outputs [1, N] of every position of a packed window, through the Ulysses forward over this rank's group."""
         ids, positions = window.inputs["input_ids"], window.inputs["position_ids"]
-        return ulysses.packed_forward(self.model, ids, positions, self.sp_group, per_token)
+        return ulysses.packed_forward(self.model, ids, positions, window.segments, self.sp_group, per_token)
 
     def _group_share(self, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], slice]:
         """The SP group's pooled rows (its ranks' shares in rank order) and this rank's rows within them."""

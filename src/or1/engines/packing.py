@@ -1,10 +1,11 @@
 """Micro-batches as the model sees them: cut to the longest prompt and response (padded), or the real tokens of
-several sequences packed end to end into as few rows as fit (`remove_padding`), and the way back to the [b, R]
-response layout the FSDP engines return.
+every sequence packed end to end into one row (`remove_padding`), and the way back to the [b, R] response layout the
+FSDP engines return.
 
-Packed rows restart position ids at 0 per sequence and carry no attention mask, from which transformers builds a
-mask that keeps attention inside each sequence, so almost no compute goes to pad tokens. `token_budget_slices` and
-`even_slices` cut a batch into micro- and mini-batches.
+A packed row restarts position ids at 0 per sequence and carries the sequences' boundaries (`varlen.Segments`),
+which the packed attention (`varlen`, `ulysses`) keeps each sequence inside, so no compute goes to pad tokens and
+nothing grows with the square of the row. `token_budget_slices` and `even_slices` cut a batch into micro- and
+mini-batches.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from dataclasses import dataclass
 
 import torch
 
+from or1.engines.varlen import Segments
 from or1.hybrid.columns import ATTENTION_MASK, INPUT_IDS, RESPONSES
 
 
@@ -37,66 +39,37 @@ def token_budget_slices(lengths: list[int], budget: int) -> list[slice]:
     return slices
 
 
-def pack_rows(lengths: list[int]) -> tuple[int, list[list[int]]]:
-    """Sequences of these lengths packed end to end into rows: the row width and each row's sequence indices.
-
-    First-fit decreasing, at the width from the longest sequence to twice it (in eighths) that needs the fewest
-    positions in all (the narrowest of equals: attention costs width x positions). One dense row for everything
-    would be the fewest positions, but CPU attention (sdpa, eager) then masks a square over the whole row.
-    """
-    longest = max(lengths)
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    best: tuple[int, list[list[int]]] | None = None
-    for width in sorted({math.ceil(longest * (8 + k) / 8) for k in range(9)}):
-        rows: list[list[int]] = []
-        room: list[int] = []
-        for i in order:
-            row = next((r for r, free in enumerate(room) if free >= lengths[i]), None)
-            if row is None:
-                rows.append([])
-                room.append(width)
-                row = len(rows) - 1
-            rows[row].append(i)
-            room[row] -= lengths[i]
-        if best is None or len(rows) * width < len(best[1]) * best[0]:
-            best = (width, rows)
-    assert best is not None
-    return best
-
-
 @dataclass(frozen=True)
 class Window:
     """A micro-batch as the model sees it, and the way back from per-position outputs to the [b, R] layout.
 
     Position t's output belongs to response token t + 1 (the causal LM's logits predict it; the critic's value is
     the state before it). `keep` says which positions those are: the last `keep` columns of a padded window, or the
-    flat indices into a packed window's rows. `logits_to_keep` is what the causal LM is asked for (only those
-    positions where it can pick them itself: padded, or one packed row) and `kept` turns its logits into
-    response-aligned outputs ([b, R'] padded, [1, N] packed, like `targets`); `picked` does the same for outputs of
-    every position (the critic's), and `scatter` puts response-aligned values into [b, R] with 0 where a row has no
-    token.
+    indices into a packed row. `logits_to_keep` is what the causal LM is asked for (only those positions), and
+    `kept` turns its logits into response-aligned outputs ([b, R'] padded, [1, N] packed, like `targets`); `picked`
+    does the same for outputs of every position (the critic's), and `scatter` puts response-aligned values into
+    [b, R] with 0 where a row has no token.
     """
 
-    inputs: dict[str, torch.Tensor]  # input_ids, position_ids (and attention_mask when padded)
+    inputs: dict[str, torch.Tensor | Segments]  # input_ids, position_ids, and attention_mask or segments
     keep: int | torch.Tensor
     targets: torch.Tensor  # the response tokens, response-aligned
     real: torch.Tensor  # [b, R] bool: slots that hold a response token
-    packed: bool
+    segments: Segments | None = None  # a packed row's sequences (None: padded rows)
+
+    @property
+    def packed(self) -> bool:
+        return self.segments is not None
 
     @property
     def logits_to_keep(self) -> int | torch.Tensor:
-        one_row = self.inputs["input_ids"].shape[0] == 1
-        return 0 if self.packed and not one_row else self.keep  # 0: every position
+        return self.keep
 
     def kept(self, outputs: torch.Tensor) -> torch.Tensor:
-        if not self.packed:
-            return outputs[:, :-1]
-        return outputs if self.inputs["input_ids"].shape[0] == 1 else self.picked(outputs)
+        return outputs if self.packed else outputs[:, :-1]
 
     def picked(self, outputs: torch.Tensor) -> torch.Tensor:
-        if self.packed:
-            return outputs.reshape(1, -1, *outputs.shape[2:])[:, self.keep]
-        return outputs[:, -self.keep : -1]
+        return outputs[:, self.keep] if self.packed else outputs[:, -self.keep : -1]
 
     def scatter(self, values: torch.Tensor) -> torch.Tensor:
         if self.packed:
@@ -117,13 +90,12 @@ def padded_window(micro: dict[str, torch.Tensor]) -> Window:
     inputs = {"input_ids": ids, "attention_mask": mask, "position_ids": (mask.cumsum(-1) - 1).clamp(min=0)}
     # the last R' + 1 positions predict the R' responses (the very last predicts nothing kept)
     targets = micro[RESPONSES][:, :keep_resp]
-    return Window(inputs, keep_resp + 1, targets, micro[ATTENTION_MASK][:, prompt_width:].bool(), False)
+    return Window(inputs, keep_resp + 1, targets, micro[ATTENTION_MASK][:, prompt_width:].bool())
 
 
-def packed_window(micro: dict[str, torch.Tensor], *, one_row: bool = False) -> Window:
-    """The real tokens of the rows packed end to end, position ids restarting at 0 per sequence: into the rows
-    `pack_rows` chooses, or all into a single row. A row's unused tail is one more sequence (pad ids, positions
-    from 0) whose outputs are never read.
+def packed_window(micro: dict[str, torch.Tensor]) -> Window:
+    """The real tokens of every row packed end to end into one row [1, N], position ids restarting at 0 per
+    sequence, with the sequences' lengths (`segments`, the attention's boundaries).
 
     Every row needs a prompt token: the first response token is predicted from the position before it.
     """
@@ -133,24 +105,10 @@ def packed_window(micro: dict[str, torch.Tensor], *, one_row: bool = False) -> W
     if not bool(valid[:, :prompt_width].any(-1).all()):
         raise ValueError("packed micro-batches need at least one prompt token per row")
     lengths = valid.sum(-1)
-    if one_row:
-        width, rows = int(lengths.sum()), [list(range(len(lengths)))]
-    else:
-        width, rows = pack_rows(lengths.tolist())
-    start = torch.empty_like(lengths)  # each sequence's first index in the flattened rows
-    used = torch.empty(len(rows), dtype=lengths.dtype)
-    for r, members in enumerate(rows):
-        offsets = lengths[members].cumsum(0)
-        start[members] = r * width + offsets - lengths[members]
-        used[r] = offsets[-1]
-    position = mask.cumsum(-1) - 1  # each real token's position in its sequence
-    where = start[:, None] + position  # ... and its index in the flattened rows
-    column = torch.arange(width)
-    flat_positions = (column[None] - used[:, None]).clamp(min=0)  # the tails count from 0
-    flat_positions.view(-1)[where[valid]] = position[valid]
-    flat_ids = ids.new_zeros(len(rows) * width)
-    flat_ids[where[valid]] = ids[valid]
+    segments = Segments(tuple(lengths.tolist()))
+    position = mask.cumsum(-1) - 1  # each real token's position in its sequence (a row's real tokens are contiguous)
+    where = (lengths.cumsum(0) - lengths)[:, None] + position  # ... and its index in the packed row
     real = valid[:, prompt_width:]
-    inputs = {"input_ids": flat_ids.view(len(rows), width), "position_ids": flat_positions}
+    inputs = {"input_ids": ids[valid][None], "position_ids": position[valid][None], "segments": segments}
     keep = where[:, prompt_width:][real] - 1  # the position before each response token
-    return Window(inputs, keep, micro[RESPONSES][real][None], real, True)
+    return Window(inputs, keep, micro[RESPONSES][real][None], real, segments)

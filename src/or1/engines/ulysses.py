@@ -4,40 +4,30 @@ Each of the `sp` ranks of a sequence-parallel group holds T / sp consecutive tok
 (sequences laid end to end in one row, position ids restarting at 0 for each). Everything outside attention is
 per token, so it runs on the local slice as it is. Attention needs the whole sequence: an all-to-all turns the
 local [heads, T / sp] queries, keys and values into [heads / sp, T] (each rank gets every token for its share of
-the heads), attention runs with a causal mask that keeps each packed sequence to itself, and the inverse all-to-all
-brings the result back to [heads, T / sp]. Per-token outputs (log-probs, values) are computed on the local slice
-and gathered, so the loss every rank sees is the loss of the whole group.
+the heads), attention runs inside each packed sequence from the whole row's boundaries (`varlen.attend`, no mask),
+and the inverse all-to-all brings the result back to [heads, T / sp]. Per-token outputs (log-probs, values) are
+computed on the local slice and gathered, so the loss every rank sees is the loss of the whole group.
 
 The attention function is registered with transformers as `or1_ulysses` (`enable` points a model at it); each
-forward pass is preceded by `activate(group, positions)`. A group of None (or of one rank) is plain packed causal
-attention.
+forward pass names the group and the whole row's segments in its keywords (`sp_group`, `segments`). A group of None
+(or of one rank) is plain packed attention.
 """
 
 from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 from transformers import AttentionInterface, PretrainedConfig, PreTrainedModel
 
+from or1.engines import varlen
+from or1.engines.varlen import Segments
 from or1.errors import UserError
 
 ATTENTION = "or1_ulysses"
-
-
-@dataclass
-class _Active:
-    """The group of the forward pass in progress and the mask over its whole packed sequence."""
-
-    group: dist.ProcessGroup | None
-    mask: torch.Tensor  # [T, T] bool: query i may attend to key j
-
-
-_active: _Active | None = None
 
 
 def check_heads(config: PretrainedConfig, sp: int) -> None:
@@ -61,29 +51,6 @@ def enable(model: PreTrainedModel) -> None:
     model.set_attn_implementation(ATTENTION)
 
 
-def packed_mask(positions: torch.Tensor) -> torch.Tensor:
-    """[T, T] causal mask of a packed row: a token sees earlier tokens of its own sequence only.
-
-    A sequence starts wherever the position id does not follow its predecessor (positions restart per sequence).
-    """
-    positions = positions.reshape(-1)
-    starts = torch.ones_like(positions, dtype=torch.bool)
-    starts[1:] = positions[1:] != positions[:-1] + 1
-    seq = starts.cumsum(0)
-    causal = torch.ones(len(seq), len(seq), dtype=torch.bool, device=positions.device).tril()
-    return causal & (seq[:, None] == seq[None, :])
-
-
-def activate(group: dist.ProcessGroup | None, positions: torch.Tensor) -> None:
-    """The next forward passes attend over `group` with the FULL packed row's `positions` [1, T].
-
-    Stays in force until the next call, so that activation checkpointing, which re-runs the forward during
-    backward, sees the same group and mask.
-    """
-    global _active
-    _active = _Active(group, packed_mask(positions))
-
-
 def group_size(group: dist.ProcessGroup | None) -> int:
     return 1 if group is None else dist.get_world_size(group)
 
@@ -96,33 +63,27 @@ def attention(
     attention_mask: torch.Tensor | None,
     scaling: float | None = None,
     dropout: float = 0.0,
+    segments: Segments | None = None,
+    sp_group: dist.ProcessGroup | None = None,
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
-    """transformers attention interface: q [1, H, T/sp, d], k / v [1, KV, T/sp, d] -> out [1, T/sp, H, d]."""
-    if kwargs.get("sliding_window"):
-        raise NotImplementedError("Ulysses attention does not implement sliding-window layers")
-    if _active is None:
-        raise RuntimeError("ulysses.activate(group, positions) must come before the forward pass")
-    group, mask = _active.group, _active.mask
-    sp = group_size(group)
+    """transformers attention interface: q [1, H, T/sp, d], k / v [1, KV, T/sp, d] -> out [1, T/sp, H, d];
+    `segments` are the whole (padded) row's."""
+    if kwargs.get("sliding_window") or (dropout and module.training):
+        raise NotImplementedError("Ulysses attention implements neither sliding windows nor attention dropout")
+    if segments is None:
+        raise RuntimeError("Ulysses attention needs model(..., segments=, sp_group=): see packed_forward")
+    sp = group_size(sp_group)
     if sp > 1:
         kv_heads = key.shape[1]
         if kv_heads < sp:  # each rank needs a key/value head of its own: repeat them (GQA with few KV heads)
             key = key.repeat_interleave(sp // kv_heads, dim=1)
             value = value.repeat_interleave(sp // kv_heads, dim=1)
-        query, key, value = (all_to_all(t, group, scatter_dim=1, gather_dim=2) for t in (query, key, value))
-    out = F.scaled_dot_product_attention(
-        query,
-        key,
-        value,
-        attn_mask=mask,
-        dropout_p=dropout if module.training else 0.0,
-        scale=scaling,
-        enable_gqa=key.shape[1] != query.shape[1],
-    )
-    if sp > 1:
-        out = all_to_all(out, group, scatter_dim=2, gather_dim=1)
-    return out.transpose(1, 2).contiguous(), None
+        query, key, value = (all_to_all(t, sp_group, scatter_dim=1, gather_dim=2) for t in (query, key, value))
+    out = varlen.attend(query, key, value, segments, scaling)  # [1, T, H / sp, d]
+    if sp > 1:  # back to this rank's tokens, every head
+        out = all_to_all(out, sp_group, scatter_dim=1, gather_dim=2)
+    return out, None
 
 
 def _exchange(x: torch.Tensor, group: dist.ProcessGroup, scatter_dim: int, gather_dim: int) -> torch.Tensor:
@@ -179,13 +140,16 @@ def gather(x: torch.Tensor, group: dist.ProcessGroup | None, dim: int = 1) -> to
     return _Gather.apply(x, group, dim)
 
 
-def pad_to_multiple(ids: torch.Tensor, positions: torch.Tensor, sp: int) -> tuple[torch.Tensor, torch.Tensor]:
+def pad_to_multiple(
+    ids: torch.Tensor, positions: torch.Tensor, segments: Segments, sp: int
+) -> tuple[torch.Tensor, torch.Tensor, Segments]:
     """A packed row [1, T] padded to a multiple of `sp` tokens with a dummy sequence (its own positions from 0)."""
     pad = math.ceil(ids.shape[1] / sp) * sp - ids.shape[1]
     if not pad:
-        return ids, positions
+        return ids, positions, segments
     dummy = torch.arange(pad, device=ids.device)[None]
-    return torch.cat([ids, torch.zeros_like(dummy)], 1), torch.cat([positions, dummy.to(positions.dtype)], 1)
+    ids = torch.cat([ids, torch.zeros_like(dummy)], 1)
+    return ids, torch.cat([positions, dummy.to(positions.dtype)], 1), segments.then(pad)
 
 
 def local_slice(x: torch.Tensor, group: dist.ProcessGroup | None, dim: int = 1) -> torch.Tensor:
@@ -203,19 +167,21 @@ def packed_forward(
     model: PreTrainedModel,
     ids: torch.Tensor,
     positions: torch.Tensor,
+    segments: Segments,
     group: dist.ProcessGroup | None,
     per_token: PerToken,
 ) -> dict[str, torch.Tensor]:
-    """A packed row (ids, positions [1, N]) split over `group` through `model`; `per_token` runs on each rank's
-    slice of the logits and the tokens that follow, and its outputs come back gathered as [1, N] (the output at
-    position t, which predicts token t + 1). Collective over the group; differentiable."""
+    """A packed row (ids, positions [1, N], its segments) split over `group` through `model`; `per_token` runs on
+    each rank's slice of the logits and the tokens that follow, and its outputs come back gathered as [1, N] (the
+    output at position t, which predicts token t + 1). Collective over the group; differentiable."""
     length = ids.shape[1]
-    padded_ids, padded_positions = pad_to_multiple(ids, positions, group_size(group))
+    padded_ids, padded_positions, padded_segments = pad_to_multiple(ids, positions, segments, group_size(group))
     next_tokens = F.pad(padded_ids[:, 1:], (0, 1))  # across a sequence's end: an output nobody reads
-    activate(group, padded_positions)
     logits = model(
         input_ids=local_slice(padded_ids, group),
         position_ids=local_slice(padded_positions, group),
+        segments=padded_segments,
+        sp_group=group,
         use_cache=False,
     ).logits
     outs = per_token(logits, local_slice(next_tokens, group))
