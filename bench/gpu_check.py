@@ -6,7 +6,8 @@ Usage: .venv/bin/python bench/gpu_check.py [--shapes 0.5b,1.5b] [--peak-tflops 9
 For each shape, a random-init Qwen2 built from a config in code (Qwen2-0.5B and Qwen2-1.5B shapes; `--dry-run`: a
 tiny one) goes through what a training step does on one rank, in a process of its own, with or1's own code:
 - the FSDP2 actor (`FSDPTrainEngine`: float32 master weights, bf16 compute with float32 reduction, activation
-  checkpointing, actor.offload) computes old log-probs, then PPO updates: update tokens/s and model FLOPs
+  checkpointing, actor.offload, sequences packed into one row per micro-batch and attended through torch's flash
+  varlen kernel, as the recipes run) computes old log-probs, then PPO updates: update tokens/s and model FLOPs
   utilisation (6 x parameters x tokens + the attention's 12 x layers x hidden x context per token, over the GPU's
   dense bf16 peak, from the device name or --peak-tflops);
 - for each rollout engine (hf, vllm), the hand-off of `WeightHandoff.rollout_phase`: wake the engine's
@@ -176,6 +177,7 @@ def check_shape(name: str, dry_run: bool, peak_tflops: float | None, engines: li
     import torch.distributed as dist
 
     from or1.algos.losses import LossConfig
+    from or1.engines import varlen
     from or1.engines.fsdp_actor import FSDPTrainEngine
     from or1.engines.rollout import SamplingParams
     from or1.engines.train_settings import TrainSettings
@@ -207,8 +209,12 @@ def check_shape(name: str, dry_run: bool, peak_tflops: float | None, engines: li
             gradient_checkpointing=on_gpu,
             lr=1e-6,
             micro_batch_size=micro,
+            remove_padding=True,
         )
         actor = FSDPTrainEngine(folder, settings)
+        probe = torch.zeros(1, 1, 1, shape["hidden_size"] // shape["num_attention_heads"], device=device)
+        reason = varlen.flash_unusable(probe.to(torch.bfloat16))
+        row["packed_attention"] = f"per-segment sdpa ({reason})" if reason else "flash varlen"
         batch = update_batch(shape["vocab_size"], rows, prompt, response)
         tokens = int(batch["attention_mask"].sum())
         reset_peak(device)
@@ -334,7 +340,8 @@ def print_table(rows: list[dict]) -> None:
         print(
             f"{r['shape']} ({r['parameters'] / 1e6:.0f}M params, {r['device']}): update {r['update_tok_s']:.0f} tok/s, "
             f"{r['update_tflops']:.1f} TFLOP/s, MFU {fmt(r['mfu'], '.1%')}, peak {r['update_peak_gib']:.2f} GiB "
-            f"(or1 plan: {r['update_plan_gib']:.2f} GiB); old log-probs {r['log_prob_tok_s']:.0f} tok/s"
+            f"(or1 plan: {r['update_plan_gib']:.2f} GiB); old log-probs {r['log_prob_tok_s']:.0f} tok/s; packed "
+            f"attention: {r['packed_attention']}"
         )
         for kind in ("hf", "vllm"):
             if f"{kind}_rollout_tok_s" in r:

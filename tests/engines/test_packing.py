@@ -15,10 +15,10 @@ from test_fsdp_engine import PROMPT_W, RESPONSE_W, make_batch
 
 from gloo_ranks import spawn_ranks
 from or1.algos.losses import LossConfig
+from or1.engines import varlen
 from or1.engines.fsdp_actor import FSDPTrainEngine
 from or1.engines.fsdp_critic import FSDPCriticEngine
 from or1.engines.loading import load_causal_lm
-from or1.engines import varlen
 from or1.engines.packing import packed_window, padded_window, token_budget_slices
 from or1.engines.train_settings import TrainSettings
 from or1.engines.varlen import Segments
@@ -44,7 +44,10 @@ def test_packed_sequences_attend_only_to_themselves(model_dir: Path, attention: 
         # without use_cache=False a cache is made and transformers no longer reads sequences from position ids
         packed = window.picked(model(**window.inputs, use_cache=False).logits)[0]
         # the row read as one long sequence: later sequences then see earlier ones
-        one_sequence = {"position_ids": torch.arange(ids.shape[1])[None], "segments": Segments((ids.shape[1],))}
+        one_sequence = {
+            "position_ids": torch.arange(ids.shape[1])[None],
+            "segments": Segments((ids.shape[1],)),
+        }
         leaky = window.picked(model(input_ids=ids, use_cache=False, **one_sequence).logits)[0]
     start = 0
     for i in range(12):  # each row alone, no padding: the reference, at the positions before its responses

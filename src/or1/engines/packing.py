@@ -106,7 +106,8 @@ def packed_window(micro: dict[str, torch.Tensor]) -> Window:
         raise ValueError("packed micro-batches need at least one prompt token per row")
     lengths = valid.sum(-1)
     segments = Segments(tuple(lengths.tolist()))
-    position = mask.cumsum(-1) - 1  # each real token's position in its sequence (a row's real tokens are contiguous)
+    # each real token's position in its sequence (a row's real tokens are contiguous)
+    position = mask.cumsum(-1) - 1
     where = (lengths.cumsum(0) - lengths)[:, None] + position  # ... and its index in the packed row
     real = valid[:, prompt_width:]
     inputs = {"input_ids": ids[valid][None], "position_ids": position[valid][None], "segments": segments}

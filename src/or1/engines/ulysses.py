@@ -70,7 +70,9 @@ def attention(
     """transformers attention interface: q [1, H, T/sp, d], k / v [1, KV, T/sp, d] -> out [1, T/sp, H, d];
     `segments` are the whole (padded) row's."""
     if kwargs.get("sliding_window") or (dropout and module.training):
-        raise NotImplementedError("Ulysses attention implements neither sliding windows nor attention dropout")
+        raise NotImplementedError(
+            "Ulysses attention implements neither sliding windows nor attention dropout"
+        )
     if segments is None:
         raise RuntimeError("Ulysses attention needs model(..., segments=, sp_group=): see packed_forward")
     sp = group_size(sp_group)
@@ -79,7 +81,9 @@ def attention(
         if kv_heads < sp:  # each rank needs a key/value head of its own: repeat them (GQA with few KV heads)
             key = key.repeat_interleave(sp // kv_heads, dim=1)
             value = value.repeat_interleave(sp // kv_heads, dim=1)
-        query, key, value = (all_to_all(t, sp_group, scatter_dim=1, gather_dim=2) for t in (query, key, value))
+        query, key, value = (
+            all_to_all(t, sp_group, scatter_dim=1, gather_dim=2) for t in (query, key, value)
+        )
     out = varlen.attend(query, key, value, segments, scaling)  # [1, T, H / sp, d]
     if sp > 1:  # back to this rank's tokens, every head
         out = all_to_all(out, sp_group, scatter_dim=1, gather_dim=2)
@@ -175,7 +179,9 @@ def packed_forward(
     each rank's slice of the logits and the tokens that follow, and its outputs come back gathered as [1, N] (the
     output at position t, which predicts token t + 1). Collective over the group; differentiable."""
     length = ids.shape[1]
-    padded_ids, padded_positions, padded_segments = pad_to_multiple(ids, positions, segments, group_size(group))
+    padded_ids, padded_positions, padded_segments = pad_to_multiple(
+        ids, positions, segments, group_size(group)
+    )
     next_tokens = F.pad(padded_ids[:, 1:], (0, 1))  # across a sequence's end: an output nobody reads
     logits = model(
         input_ids=local_slice(padded_ids, group),

@@ -54,7 +54,9 @@ class Segments:
 
     def __post_init__(self) -> None:
         if not self.lengths or min(self.lengths) < 1:
-            raise ValueError(f"a packed row needs sequences of at least one token, got lengths {self.lengths}")
+            raise ValueError(
+                f"a packed row needs sequences of at least one token, got lengths {self.lengths}"
+            )
 
     @property
     def total(self) -> int:
@@ -187,7 +189,9 @@ def attention(
 ) -> tuple[torch.Tensor, None]:
     """transformers' attention-function signature; `segments` comes from the model call's keywords."""
     if segments is None:
-        raise RuntimeError("or1_varlen attention needs the packing's segments: model(..., segments=window.segments)")
+        raise RuntimeError(
+            "or1_varlen attention needs the packing's segments: model(..., segments=window.segments)"
+        )
     if kwargs.get("sliding_window") or (dropout and module.training):
         raise NotImplementedError("packed attention implements neither sliding windows nor attention dropout")
     return attend(query, key, value, segments, scaling), None
