@@ -105,6 +105,22 @@ def test_schema_memory_settings_do_not_fit_and_the_fix_does(recipe, config):
     assert not plan_stage(with_overrides(cfg, larger), shape, H100).fits
 
 
+def test_32b_with_sequence_parallelism_8_fits_its_long_token_budget():
+    """verl's Qwen2.5-32B DAPO setting: 2K prompts, 20K responses, SP 8, prompt + response tokens a GPU. The group's
+    packed row is 180,224 tokens; its [T, T] mask, which the plan used to keep (30 GiB) and copy in the backward
+    (60 GiB, update 134.5 GiB), is gone with packed attention from the sequences' boundaries."""
+    shape = read_model_shape(CONFIGS / "qwen2-32b.json")
+    settings = [
+        "rollout.max_response_length=20480",
+        "actor.sequence_parallel_size=8",
+        "actor.max_tokens_per_micro_batch=22528",
+    ]
+    plan = plan_stage(resolve("or1-32b", 2, settings), shape, H100)
+    assert plan.fits, format_stage(plan, None)
+    update = next(p for p in plan.phases if p.name == "update")
+    assert update.peak <= 0.6 * H100.memory, format_stage(plan, None)
+
+
 def test_colocated_phases_take_turns_not_add_up():
     """The stage's peak is its largest phase; the rollout's vLLM share is not added to the update's."""
     shape = read_model_shape(CONFIGS / "qwen2-7b.json")

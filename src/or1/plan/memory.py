@@ -3,9 +3,11 @@
 Pure arithmetic, each term one line with the tensor it stands for, so a measurement can be held against it term by
 term. The activation terms follow what autograd saves in a Hugging Face Llama / Qwen2 block (measured with
 `torch.autograd.graph.saved_tensors_hooks` in tests/plan): each RMS norm keeps its float32 input, its normalised
-output and the scaled output (compute dtype) and one float32 per token; attention keeps the rotated queries and
-keys, the values, its output and a float32 log-sum-exp per head; the gated MLP keeps four intermediate-wide tensors.
-With activation checkpointing a block keeps only its input. The logits part follows `or1.algos.losses`: float32
+output and the scaled output (compute dtype) and one float32 per token; attention keeps the queries, keys and
+values its kernel is given, its output and a float32 log-sum-exp per head; the gated MLP keeps four
+intermediate-wide tensors. With activation checkpointing a block keeps only its input. Packed rows attend from the
+sequences' boundaries (`or1.engines.varlen`), with no mask; only a padded micro-batch carries one, a boolean
+[rows, width, width] mask that transformers' sdpa reads in every block. The logits part follows `or1.algos.losses`: float32
 copies of the kept positions' logits (one for the log-probs, three for an entropy term with a gradient), or, when
 the logits are too large for one slice (`LOGIT_SLICE_ELEMENTS`), the compute-dtype logits themselves.
 """
@@ -64,8 +66,8 @@ class Window:
     """One micro-batch as one rank's model sees it.
 
     tokens: positions through the decoder on this rank; logits: positions whose logits the head computes; scored:
-    positions whose log-probs (and entropy) are computed; mask: elements of the boolean attention mask (rows x
-    width^2, or the whole packed row squared under sequence parallelism), 0 when attention needs none.
+    positions whose log-probs (and entropy) are computed; mask: elements of a padded micro-batch's boolean
+    attention mask (rows x width^2), 0 for a packed row (its attention needs none).
     """
 
     tokens: int
@@ -80,7 +82,7 @@ class Activations:
 
     blocks: int
     logits: int
-    other: int  # token ids, rotary tables, final norm, the head's input, the attention mask
+    other: int  # token ids, rotary tables, final norm, the head's input, a padded micro-batch's mask
 
     @property
     def total(self) -> int:
@@ -91,8 +93,9 @@ def block_bytes_per_token(
     shape: ModelShape, compute_bytes: int, kv_saved_heads: int | None = None, extra_copy: bool = False
 ) -> int:
     """Saved bytes per token of one decoder block without checkpointing. `kv_saved_heads`: heads of the keys and
-    values attention keeps (the model's key/value heads, or all heads where they are repeated for the kernel);
-    `extra_copy`: the attention output is copied once more before the output projection (Ulysses)."""
+    values attention keeps (the model's key/value heads, or more where they are repeated for the kernel);
+    `extra_copy`: the attention output is copied once more before the output projection (Ulysses's all-to-all; the
+    CPU kernel's gather back to row order, `varlen.segment_attention`)."""
     c, h, q = compute_bytes, shape.hidden, shape.heads * shape.head_dim
     kv = (shape.kv_heads if kv_saved_heads is None else kv_saved_heads) * shape.head_dim
     norm = FLOAT32 * h + 2 * c * h + FLOAT32  # float32 input, normalised and scaled outputs, 1/rms
@@ -120,10 +123,10 @@ def saved_activations(
     c, t = compute_bytes, window.tokens
     if checkpointing:
         blocks = shape.layers * t * shape.hidden * c  # each block's input, recomputed from in backward
-        mask = window.mask  # the boolean mask, an input of every checkpointed block
+        mask = window.mask  # a padded micro-batch's boolean mask, an input of every checkpointed block
     else:
         blocks = shape.layers * t * block_bytes_per_token(shape, c, kv_saved_heads, extra_copy)
-        mask = shape.layers * window.mask * c  # sdpa turns the boolean mask into an additive one per block
+        mask = shape.layers * window.mask * c  # sdpa turns that mask into an additive one per block
     if logits_sliced(shape, window):
         logits = window.logits * shape.vocab * c  # held by the checkpointed slices
     else:
@@ -149,7 +152,7 @@ def backward_extra(shape: ModelShape, window: Window, *, compute_bytes: int) -> 
     return (
         window.logits * shape.vocab * c
         + window.tokens * block_bytes_per_token(shape, c)
-        + window.mask * c  # that block's additive mask
+        + window.mask * c  # that block's additive mask (padded)
         + 4 * slice_rows * shape.vocab * FLOAT32
     )
 
@@ -162,7 +165,7 @@ def inference_bytes(shape: ModelShape, window: Window, *, compute_bytes: int) ->
         window.logits * shape.vocab * c
         + window.tokens * block_bytes_per_token(shape, c)
         + 3 * slice_rows * shape.vocab * FLOAT32
-        + window.mask * (1 + c)  # the boolean mask and one block's additive copy
+        + window.mask * (1 + c)  # a padded micro-batch's boolean mask and one block's additive copy
     )
 
 

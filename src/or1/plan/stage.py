@@ -88,17 +88,26 @@ def micro_window(cfg: RunConfig, section: OptimConfig | None = None) -> Window:
     seq = cfg.data.max_prompt_length + cfg.rollout.max_response_length
     response_share = cfg.rollout.max_response_length / seq
     budget = a.max_tokens_per_micro_batch
-    if sp > 1:  # Ulysses: the group's micro-batch packed into one row, split over sp ranks, the mask whole
+    if sp > 1:  # Ulysses: the group's micro-batch packed into one row, split over sp ranks
         group = max(seq, budget * sp if budget else a.micro_batch_size * seq)
         local = math.ceil(group / sp)
-        return Window(tokens=local, logits=local, scored=local, mask=group * group)
+        return Window(tokens=local, logits=local, scored=local)
     rows = a.micro_batch_size if budget is None else max(1, budget // seq)
-    if a.remove_padding:
+    if a.remove_padding:  # one packed row
         tokens = max(seq, budget or rows * seq)
-        width = min(tokens, 2 * seq)  # pack_rows picks a width from the longest sequence to twice it
-        return Window(tokens=tokens, logits=tokens, scored=int(tokens * response_share), mask=tokens * width)
+        return Window(tokens=tokens, logits=tokens, scored=int(tokens * response_share))
     resp = cfg.rollout.max_response_length
     return Window(tokens=rows * seq, logits=rows * (resp + 1), scored=rows * resp, mask=rows * seq * seq)
+
+
+def kv_saved_heads(section: OptimConfig, shape: ModelShape) -> int:
+    """Key/value heads attention keeps: a packed row's flash varlen kernel takes the model's as they are; Ulysses
+    repeats them up to one per rank; transformers' sdpa repeats them for every query head under a padded
+    micro-batch's mask (on CUDA it passes grouped heads only without a mask)."""
+    sp = section.sequence_parallel_size
+    if sp > 1:
+        return max(shape.kv_heads, sp)
+    return shape.kv_heads if section.remove_padding else shape.heads
 
 
 def plan_stage(cfg: RunConfig, shape: ModelShape, device: Device) -> StagePlan:
@@ -109,7 +118,6 @@ def plan_stage(cfg: RunConfig, shape: ModelShape, device: Device) -> StagePlan:
     a, r = cfg.actor, cfg.rollout
     on_gpu = 0 if a.fsdp_cpu_offload else 1  # CPUOffloadPolicy: shards, gradients and moments on the host
     window = micro_window(cfg)
-    kv_heads = max(shape.kv_heads, a.sequence_parallel_size) if a.sequence_parallel_size > 1 else shape.heads
     checkpointing = cfg.model.gradient_checkpointing
     entropy_grad = cfg.algorithm.entropy.mode != "off"
     saved = memory.saved_activations(
@@ -118,8 +126,8 @@ def plan_stage(cfg: RunConfig, shape: ModelShape, device: Device) -> StagePlan:
         compute_bytes=c,
         checkpointing=checkpointing,
         entropy_grad=entropy_grad,
-        kv_saved_heads=kv_heads,  # sdpa with a mask gets the key / value heads repeated (Ulysses: >= sp)
-        extra_copy=a.sequence_parallel_size > 1,
+        kv_saved_heads=kv_saved_heads(a, shape),
+        extra_copy=a.sequence_parallel_size > 1,  # Ulysses's all-to-all copies the attention output
     )
     gathered = memory.gathered_bytes(shape, c)
     resident = on_gpu * (shards.parameters + shards.optimizer)
@@ -225,6 +233,8 @@ def _critic_phase(cfg: RunConfig, shape: ModelShape, world: int, c: int, actor: 
         compute_bytes=c,
         checkpointing=cfg.model.gradient_checkpointing,
         entropy_grad=False,
+        kv_saved_heads=kv_saved_heads(cfg.critic, shape),
+        extra_copy=cfg.critic.sequence_parallel_size > 1,
     )
     return Phase(
         "critic update",
