@@ -127,7 +127,8 @@ def main() -> None:
     parser.add_argument("--sequence", type=int, default=512, help="tokens per packed sequence")
     parser.add_argument("--threads", type=int, default=1)
     parser.add_argument("--paths", default=",".join(PATHS))
-    parser.add_argument("--one", choices=PATHS, help=argparse.SUPPRESS)  # a single measurement, in this process
+    # internal: a single measurement, in this process
+    parser.add_argument("--one", choices=PATHS, help=argparse.SUPPRESS)
     args = parser.parse_args()
     sizes = [int(s) for s in args.sizes.split(",")]
     if args.one:

@@ -135,8 +135,9 @@ def model_flops_per_token(shape: dict, parameters: int, context: int) -> float:
 
 
 def planned_update_gib(shape: dict, work: tuple[int, int, int, int], on_gpu: bool) -> float:
-    """`or1 plan`'s update peak for this check's actor: one rank, full-length rows padded into micro-batches (every
-    token real, so attention needs no mask), checkpointing and bf16 compute on the GPU, no entropy term."""
+    """`or1 plan`'s update peak for this check's actor: one rank, full-length rows packed into one row per
+    micro-batch (logits of the response positions only), checkpointing and bf16 compute on the GPU, no entropy
+    term."""
     from or1.plan import memory
     from or1.plan.model import ModelShape
 
@@ -144,7 +145,7 @@ def planned_update_gib(shape: dict, work: tuple[int, int, int, int], on_gpu: boo
     _, prompt, response, micro = work
     c = 2 if on_gpu else 4
     window = memory.Window(
-        tokens=micro * (prompt + response), logits=micro * (response + 1), scored=micro * response, mask=0
+        tokens=micro * (prompt + response), logits=micro * response, scored=micro * response
     )
     state = memory.ShardState.of(model, world=1)
     saved = memory.saved_activations(
@@ -154,6 +155,7 @@ def planned_update_gib(shape: dict, work: tuple[int, int, int, int], on_gpu: boo
         checkpointing=on_gpu,
         entropy_grad=False,
         kv_saved_heads=model.kv_heads,
+        extra_copy=not on_gpu,  # the CPU kernel's gather of the attention output back to row order
     )
     total = (
         state.parameters

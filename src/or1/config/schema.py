@@ -133,9 +133,10 @@ class OptimConfig(Section):
     )
     remove_padding: bool = Field(
         False,
-        description="Pack each micro-batch's sequences end to end into as few rows as fit (position ids restart per "
-        "sequence, attention kept inside each; rows from the longest sequence's width to twice it) instead of "
-        "padding every sequence to the longest: the same results without compute on pad tokens.",
+        description="Pack each micro-batch's sequences end to end into one row (position ids restart per sequence; "
+        "attention runs inside each from their boundaries: flash varlen on CUDA, per-segment sdpa on the CPU, never "
+        "a [T, T] mask) instead of padding every sequence to the longest: the same results without compute on pad "
+        "tokens.",
     )
     sequence_parallel_size: int = Field(
         1,

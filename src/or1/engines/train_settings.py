@@ -37,7 +37,7 @@ class TrainSettings:
     grad_clip: float = 1.0
     micro_batch_size: int = 8  # sequences per forward / backward
     max_tokens_per_micro_batch: int | None = None  # micro-batches by token budget instead of micro_batch_size
-    remove_padding: bool = False  # pack each micro-batch's sequences end to end into rows (no pad tokens)
+    remove_padding: bool = False  # pack each micro-batch's sequences end to end into one row (no pad tokens)
     mini_batches: int = 1  # optimizer steps per pass over a batch (batch_size / ppo_mini_batch_size)
     epochs: int = 1  # passes over each batch
     sequence_parallel_size: int = 1  # ranks that split each packed micro-batch's tokens (Ulysses)
