@@ -8,8 +8,9 @@ tiny one) goes through what a training step does on one rank, in a process of it
 - the FSDP2 actor (`FSDPTrainEngine`: float32 master weights, bf16 compute with float32 reduction, activation
   checkpointing, actor.offload, sequences packed into one row per micro-batch and attended through torch's flash
   varlen kernel, as the recipes run) computes old log-probs, then PPO updates: update tokens/s and model FLOPs
-  utilisation (6 x parameters x tokens + the attention's 12 x layers x hidden x context per token, over the GPU's
-  dense bf16 peak, from the device name or --peak-tflops);
+  utilisation (`or1.plan.flops`, as `or1 train` counts it: forward + backward, causal attention per sequence, the
+  output head at the response positions, no recompute; over the GPU's dense bf16 peak from `or1.plan.peak`'s
+  datasheet table, or --peak-tflops);
 - for each rollout engine (hf, vllm), the hand-off of `WeightHandoff.rollout_phase`: wake the engine's
   weights, push the actor's weights (seconds per GB of pushed tensors), offload the actor, wake the KV cache,
   generate (response tokens/s), sleep, onload the actor;
@@ -78,8 +79,6 @@ SHAPES = {  # the published Qwen2 configurations' shapes (context cut to what th
 # the rollout
 GPU_WORK = {"update": (32, 512, 1536, 4), "rollout": (64, 4, 256)}
 DRY_WORK = {"update": (4, 8, 8, 2), "rollout": (2, 2, 8)}
-# dense bf16 tensor-core peak (no sparsity), TFLOP/s, by a substring of torch.cuda.get_device_name()
-PEAK_TFLOPS = {"H200": 989.0, "H100": 989.0, "A100": 312.0, "L40S": 362.0, "A10G": 125.0, "L4": 121.0}
 UPDATE_STEPS = 3  # timed updates, after one warm-up
 VLLM_UTILIZATION = 0.3  # the check's vLLM share of the GPU
 EOS = 1  # random_qwen2's eos id
@@ -125,13 +124,6 @@ def update_batch(vocab: int, rows: int, prompt: int, response: int):
     tensors = pack_sequences(prompts, responses, prompt, response, pad_id=EOS)
     tensors["advantages"] = torch.randn(rows, 1, generator=g).expand(rows, response).contiguous()
     return Batch(tensors)
-
-
-def model_flops_per_token(shape: dict, parameters: int, context: int) -> float:
-    """Training FLOPs per token: 6 x the parameters a token's matmuls use, plus attention scores and values
-    (12 x layers x hidden x context). The input embedding is a lookup; a tied one is still the output head's matmul."""
-    embedding = 0 if shape["tie_word_embeddings"] else shape["vocab_size"] * shape["hidden_size"]
-    return 6.0 * (parameters - embedding) + 12.0 * shape["num_hidden_layers"] * shape["hidden_size"] * context
 
 
 def planned_update_gib(shape: dict, work: tuple[int, int, int, int], on_gpu: bool) -> float:
@@ -184,6 +176,9 @@ def check_shape(name: str, dry_run: bool, peak_tflops: float | None, engines: li
     from or1.engines.rollout import SamplingParams
     from or1.engines.train_settings import TrainSettings
     from or1.hybrid.worker import Worker
+    from or1.plan.flops import training_flops
+    from or1.plan.model import ModelShape
+    from or1.plan.peak import table_tflops
 
     shape = SHAPES[name]
     on_gpu = not dry_run
@@ -238,8 +233,9 @@ def check_shape(name: str, dry_run: bool, peak_tflops: float | None, engines: li
         row["update_tok_s"] = tokens / seconds
         row["update_peak_gib"] = peak_memory_gib(device)
         row["update_plan_gib"] = planned_update_gib(shape, work["update"], on_gpu)
-        flops = model_flops_per_token(shape, row["parameters"], prompt + response) * tokens / seconds
-        peak = peak_tflops or next((v for k, v in PEAK_TFLOPS.items() if on_gpu and k in row["device"]), None)
+        model = ModelShape.from_config({**shape, "model_type": "qwen2"}, name)
+        flops = training_flops(model, [prompt + response] * rows, logits=rows * response) / seconds
+        peak = peak_tflops or (table_tflops(row["device"]) if on_gpu else None)
         row["update_tflops"] = flops / 1e12
         row["mfu"] = flops / (peak * 1e12) if peak else None
 
