@@ -22,6 +22,7 @@ from or1.hybrid.columns import (
     OLD_LOG_PROBS,
     PROMPT_KEY,
     REF_LOG_PROBS,
+    RESPONSE_LENGTH,
     RESPONSE_MASK,
     REWARD_COLUMNS,
     REWARD_HIDDEN,
@@ -53,6 +54,7 @@ from or1.trainer.phases import (
 from or1.trainer.prompt_loader import PromptLoader
 from or1.trainer.skipped import SkippedSteps
 from or1.trainer.step_log import MetricsLogger, PhaseTimer, write_step_samples
+from or1.trainer.throughput import Throughput
 from or1.trainer.validation import ValidationSet, is_due, validate
 
 
@@ -72,6 +74,7 @@ class Trainer:
     prompt_stats: PromptStats = field(default_factory=PromptStats)
     validation: list[ValidationSet] = field(default_factory=list)  # data.validation.sets, encoded
     critic: WorkerGroup | None = None  # CriticWorker colocated with the actor; only for the gae advantage
+    throughput: Throughput | None = None  # the perf/ rates and MFU (None: only perf/tokens_per_s)
     step: int = 0  # steps of this stage completed
     stop: StopFlag | None = None  # set by Ctrl-C / SIGTERM: stop between steps, after a checkpoint
 
@@ -95,13 +98,13 @@ def train(t: Trainer) -> None:
         if rejection.skip:
             reasons = reason_counts(sampled)
             metrics = {"skipped": 1.0, **rollout_metrics(sampled, rejection), **reasons, **timer.metrics()}
-            _finish_step(t, step, metrics, sampled)
+            _finish_step(t, step, {**metrics, **rates(t, metrics, timer, None)}, sampled)
             t.skipped.count(step, reasons)
             continue
         t.skipped.reset()
         batch, update, more = train_step(t, batch, timer)
         metrics = step_metrics(sampled, rejection, batch, update, t.entropy.metrics(), timer.metrics())
-        _finish_step(t, step, {**metrics, **more}, sampled)
+        _finish_step(t, step, {**metrics, **more, **rates(t, metrics, timer, batch)}, sampled)
 
 
 def train_step(
@@ -162,6 +165,7 @@ def sample_round(t: Trainer, step: int, round_: int, timer: PhaseTimer) -> Batch
     with timer("generate"):
         prompts, request = t.loader.next_batch(step, round_), SamplingRequest.training(t.cfg, step, round_)
         batch = t.actor.stream("stream_sequences", score_finished, prompts, request)
+    timer.add_tokens("generate", float(batch.tensors[RESPONSE_LENGTH].sum()))
     with timer("reward"):
         scored = t.rewards.compute_scores(batch.only(REWARD_COLUMNS), session)
         batch = truncation_policy(batch.union(Batch(scored.tensors, scored.non_tensor)), t.cfg.algorithm)
@@ -181,6 +185,15 @@ def refill(t: Trainer, step: int, first: Batch, timer: PhaseTimer) -> Batch:
         if not buffer.needs_more:
             return Batch.concat(parts)
         more = sample_round(t, step, buffer.rounds, timer)
+
+
+def rates(
+    t: Trainer, timings: dict[str, float], timer: PhaseTimer, trained: Batch | None
+) -> dict[str, float]:
+    """The step's perf/ throughput and MFU (`throughput`); none without a Throughput."""
+    if t.throughput is None:
+        return {}
+    return t.throughput.metrics(timings, timer.tokens.get("generate", 0.0), trained)
 
 
 def _finish_step(t: Trainer, step: int, metrics: dict[str, float], sampled: Batch | None = None) -> None:

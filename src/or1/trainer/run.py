@@ -126,6 +126,7 @@ def _finish_stage(start: StageStart, trainer: Trainer, dropped: dict[str, int], 
         "train_prompts": len(trainer.loader),
         "too_long_prompts": trainer.loader.too_long,
         "online_filter_dropped": dropped,
+        "device_peak": trainer.throughput.facts() if trainer.throughput else None,
     }
     summary = stage_summary(stage_dir, facts, trainer.prompt_stats)
     write_summary(stage_dir, summary)

@@ -28,6 +28,7 @@ from or1.trainer.loop import Trainer, restore, train
 from or1.trainer.prompt_loader import PromptLoader
 from or1.trainer.skipped import SkippedSteps
 from or1.trainer.step_log import MetricsLogger
+from or1.trainer.throughput import Throughput
 from or1.trainer.validation import ValidationSet, load_validation_sets
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 from or1.workers.critic import CriticWorker
@@ -64,6 +65,8 @@ def train_in_session(
             actor, critic = starting.result()
         try:
             trainer = build_trainer(cfg, stage_dir, data, actor, critic, rewards, console)
+            # the ranks' peak FLOP/s, measured (CPU) or looked up (GPU) once per stage, for the update's MFU
+            trainer.throughput = Throughput.of_stage(cfg, start.model_path, actor.device_peak())
             trainer.stop = stop
             trainer.checkpoints.sweep_partial()
             latest = trainer.checkpoints.latest() if resume == "auto" else None

@@ -35,11 +35,13 @@ from or1.scoring import slowest_rows
 
 
 class PhaseTimer:
-    """Wall time of each phase of one step: `with timer("generate"): ...`; `timer.metrics()` -> time/<phase>."""
+    """Wall time of each phase of one step: `with timer("generate"): ...`; `timer.metrics()` -> time/<phase>.
+    `tokens` holds what a phase worked through (`generate`: the responses of every sampling round), for its rate."""
 
     def __init__(self) -> None:
         self.start = time.perf_counter()
         self.seconds: dict[str, float] = {}
+        self.tokens: dict[str, float] = {}
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
@@ -52,6 +54,9 @@ class PhaseTimer:
     def add(self, phase: str, seconds: float) -> None:
         """Count `seconds` measured elsewhere (a verifier's share of the reward phase) under `phase`."""
         self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
+
+    def add_tokens(self, phase: str, tokens: float) -> None:
+        self.tokens[phase] = self.tokens.get(phase, 0.0) + tokens
 
     def metrics(self) -> dict[str, float]:
         out = {f"time/{k}": v for k, v in self.seconds.items()}
@@ -150,7 +155,9 @@ class MetricsLogger:
 
 
 def progress_line(step: int, total: int, m: dict[str, Any]) -> str:
-    """`step 12/250 reward 0.43 kept 48/128 len 31/52 trunc 2% ent 0.31 coef 0.000 loss 0.012 gn 0.84 lr 1.0e-06 1.1s`."""
+    """`step 12/250 reward 0.43 kept 48/128 len 31/52 trunc 2% ent 0.31 coef 0.000 loss 0.012 gn 0.84 lr 1.0e-06
+    1.1s (gen 0.4s) 120 tok/s (gen 2360 upd 3100) mfu 1.2%`: the step's response tokens per second of the whole
+    step, then of generation and of the update (all devices), and the update's MFU."""
     val = " ".join(
         f"{k.removeprefix('val/')} {v:.1%}" for k, v in m.items() if k.startswith("val/") and "/avg@" in k
     )
@@ -169,7 +176,19 @@ def progress_line(step: int, total: int, m: dict[str, Any]) -> str:
         f"ent {get('actor/entropy'):.2f} coef {get('entropy/coef'):.4f} loss {get('actor/pg_loss'):+.3f} "
         f"clip {get('actor/clip_frac'):.2f} gn {get('actor/grad_norm'):.2f} lr {get('actor/lr'):.1e} "
         f"{get('time/step'):.1f}s (gen {get('time/generate'):.1f}s) {get('perf/tokens_per_s'):.0f} tok/s"
+        f"{rates_text(m)}"
     ) + (f" | validation: {val}" if val else "")
+
+
+def rates_text(m: dict[str, Any]) -> str:
+    """` (gen 2360 upd 3100) mfu 1.2%`, each part only when the step logged it."""
+    rates = [
+        f"{name} {m[key]:.0f}"
+        for name, key in (("gen", "perf/generate_tokens_per_s"), ("upd", "perf/update_tokens_per_s"))
+        if key in m
+    ]
+    text = f" ({' '.join(rates)})" if rates else ""
+    return text + (f" mfu {m['perf/update_mfu']:.1%}" if "perf/update_mfu" in m else "")
 
 
 def write_step_samples(stage_dir: Path, step: int, batch: Batch, count: int) -> Path | None:

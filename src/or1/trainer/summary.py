@@ -13,6 +13,7 @@ from typing import Any
 
 from or1.algos.online_filter import PromptStats
 from or1.layout import METRICS_FILE, SUMMARY_FILE
+from or1.trainer.throughput import MEDIANS
 
 # Metrics summarised as first / last / mean / min / max over the stage's trained steps.
 CURVES = (
@@ -33,7 +34,8 @@ def stage_summary(
     facts: dict[str, Any],
     prompt_stats: PromptStats,
 ) -> dict[str, Any]:
-    """`facts` (recipe, stage, start and final models, prompt counts) plus curves, validation and solve counts."""
+    """`facts` (recipe, stage, start and final models, prompt counts, the devices' peak) plus curves, validation,
+    solve counts and the medians of the throughput metrics over the trained steps (`throughput`)."""
     records = [json.loads(line) for line in (stage_dir / METRICS_FILE).read_text().splitlines() if line]
     steps = [r for r in records if "batch/sampled" in r]
     curves = {}
@@ -65,7 +67,18 @@ def stage_summary(
         "seconds": sum(float(r.get("time/step", 0.0)) for r in steps),
         "curves": curves,
         "validation": validation,
+        "throughput": throughput_medians([r for r in steps if not r.get("skipped")]),
     }
+
+
+def throughput_medians(steps: list[dict[str, Any]]) -> dict[str, float]:
+    """The median of each perf/ rate (trainer.throughput.MEDIANS) over `steps`, for those logged."""
+    out = {}
+    for key in MEDIANS:
+        values = [float(r[key]) for r in steps if key in r]
+        if values:
+            out[key] = statistics.median(values)
+    return out
 
 
 def write_summary(stage_dir: Path, summary: dict[str, Any]) -> Path:
@@ -92,9 +105,38 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         if "batch/rejected_frac" in c
         else "  no trained step",
     ]
+    if line := throughput_line(summary):
+        lines.append(line)
     for key, v in summary["validation"].items():
         if "/avg@" in key:
             lines.append(
                 f"  {key}: {v['start']:.1%} (step {v['start_step']}) -> {v['end']:.1%} (step {v['end_step']})"
             )
     return lines
+
+
+def throughput_line(summary: dict[str, Any]) -> str | None:
+    """`  median tok/s: generate 2360, update 3100 (2 devices), MFU 1.2% of 0.35 TFLOP/s per device (measured on cpu
+    (2 threads)); step time: generate 45%, reward 10%, update 35%, other 10%`."""
+    t, peak = summary.get("throughput") or {}, summary.get("device_peak") or {}
+    if "perf/generate_tokens_per_s" not in t:
+        return None
+    parts = [f"  median tok/s: generate {t['perf/generate_tokens_per_s']:.0f}"]
+    if "perf/update_tokens_per_s" in t:
+        parts.append(f", update {t['perf/update_tokens_per_s']:.0f}")
+    if "devices" in peak:
+        parts.append(f" ({peak['devices']} device{'s' if peak['devices'] > 1 else ''})")
+    if "perf/update_mfu" in t and "tflops" in peak:
+        where = "datasheet" if peak["source"] == "table" else "measured"
+        parts.append(
+            f", MFU {t['perf/update_mfu']:.1%} of {peak['tflops']:.3g} TFLOP/s per device ({where}, "
+            f"{peak['device']})"
+        )
+    shares = [
+        f"{k} {t[f'perf/share_{k}']:.0%}"
+        for k in ("generate", "reward", "update", "other")
+        if f"perf/share_{k}" in t
+    ]
+    if shares:
+        parts.append(f"; step time: {', '.join(shares)}")
+    return "".join(parts)

@@ -38,6 +38,7 @@ from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker import Worker
 from or1.layout import CHECKPOINT_MODEL_DIR, rank_rng_file
+from or1.plan.peak import DevicePeak, device_peak
 from or1.rng import ProcessRNG
 from or1.tokens import load_tokenizer
 from or1.workers.rollout_rows import FinishedRows
@@ -220,6 +221,12 @@ class ActorRolloutRefWorker(Worker):
         if self.actor.on_policy_log_probs is None or len(self.actor.on_policy_log_probs) != len(batch):
             raise RuntimeError("fused_old_log_probs called without a matching on-policy update before it")
         return Batch({OLD_LOG_PROBS: self.actor.on_policy_log_probs})
+
+    @register(Dispatch.ONE_TO_ALL)
+    def device_peak(self) -> DevicePeak:
+        """This rank's peak FLOP/s in the actor's compute dtype (MFU's denominator): a GPU's datasheet figure, or a
+        short matmul benchmark (the CPU, a GPU the table lacks)."""
+        return device_peak(self.device, self.actor.settings.compute_dtype)
 
     # ---- checkpoints -----------------------------------------------------------------------------------------------
     @register(Dispatch.ONE_TO_ALL)
