@@ -234,3 +234,43 @@ def test_each_benchmark_gain_from_base_to_final(finished_run: Path) -> None:
         "livecodebench, base -> final: avg@4 24.0% -> 37.5% (+13.5 points)",
     ]
     assert f"- {report.gains[1]}" in report.markdown.read_text()
+
+
+def test_throughput_table_and_figure(tmp_path: Path) -> None:
+    run = tmp_path / "perf"
+    write_stage(run, 1, 3, 48, [0.2] * 3, None)
+    metrics = run / "stage1" / "metrics.jsonl"
+    rows = [json.loads(line) for line in metrics.read_text().splitlines()]
+    for row, rate in zip(rows, (100.0, 300.0, 200.0), strict=True):
+        row.update(
+            {
+                "perf/generate_tokens_per_s": rate,
+                "perf/generate_tokens_per_s_per_device": rate / 2,
+                "perf/update_tokens_per_s": 2 * rate,
+                "perf/update_tokens_per_s_per_device": rate,
+                "perf/update_tflops_per_device": 0.01,
+                "perf/update_mfu": 0.04,
+                "perf/peak_tflops_per_device": 0.25,
+                "perf/share_generate": 0.5,
+                "perf/share_reward": 0.1,
+                "perf/share_update": 0.25,
+                "perf/share_other": 0.15,
+            }
+        )
+    metrics.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    report = write_report(run)
+    assert "throughput" in report.figures and is_png(report.figures["throughput"])
+    text = report.markdown.read_text()
+    # medians over the 3 steps; the peak is the logged one until summary.json names its source
+    assert "| 1 | 200 (100) | 400 (200) | 0.01 | 4.0% | 0.25 | 50% / 10% / 25% / 15% |" in text
+    summary = json.loads((run / "stage1" / "summary.json").read_text())
+    summary["device_peak"] = {
+        "devices": 2,
+        "device": "NVIDIA H100 80GB HBM3",
+        "tflops": 989.5,
+        "source": "table",
+    }
+    (run / "stage1" / "summary.json").write_text(json.dumps(summary))
+    assert (
+        "| 0.01 | 4.0% | 989.5 (datasheet, NVIDIA H100 80GB HBM3) |" in write_report(run).markdown.read_text()
+    )

@@ -41,8 +41,8 @@ def write_report(run_dir: Path | str) -> Report:
             drawn[panel.name] = (panel.title, path)
         else:
             path.unlink(missing_ok=True)  # an older report's figure would no longer match the files
-            # the value loss is a GAE figure; runs from before the mismatch metrics have none to draw
-            optional = panel.name == "mismatch" or (
+            # the value loss is a GAE figure; runs from before the mismatch or throughput metrics have none to draw
+            optional = panel.name in ("mismatch", "throughput") or (
                 panel.name == "value_loss" and not any(s.advantage == "gae" for s in run.stages)
             )
             if not optional:

@@ -195,6 +195,27 @@ def draw_time(ax: Axes, run: RunFiles) -> bool:
     return drawn
 
 
+def draw_throughput(ax: Axes, run: RunFiles) -> bool:
+    """Generated and update tokens per second (all devices), and the update's MFU on the right axis."""
+    window = window_for(run)
+    drawn = _line(ax, run, "perf/generate_tokens_per_s", "generation", "tab:blue", window)
+    drawn = (
+        _line(ax, run, "perf/update_tokens_per_s", "update (prompt + response)", "tab:red", window) or drawn
+    )
+    ax.set_ylabel("tokens per second (all devices)")
+    if run.has("perf/update_mfu"):
+        mfu = ax.twinx()
+        for stage in run.stages:
+            steps, values = stage.series("perf/update_mfu")
+            mfu.plot(
+                steps, smooth([100 * v for v in values], window), color="black", linestyle=":", linewidth=1.2
+            )
+        ax.plot([], [], color="black", linestyle=":", label="update MFU (right axis)")
+        mfu.set_ylabel("update MFU (%)")
+        mfu.set_ylim(bottom=0)
+    return drawn
+
+
 def draw_value_loss(ax: Axes, run: RunFiles) -> bool:
     drawn = _line(ax, run, "critic/vf_loss", "value loss", "tab:brown", window_for(run))
     ax.set_ylabel("critic value loss (squared error)")
@@ -264,6 +285,7 @@ STEP_PANELS = (
     Panel("entropy", "Entropy and adaptive entropy control", draw_entropy),
     Panel("rejection", "Rejection sampling", draw_rejection),
     Panel("step_time", "Seconds per step by phase", draw_time),
+    Panel("throughput", "Throughput and MFU", draw_throughput),
     Panel("value_loss", "Critic value loss (GAE)", draw_value_loss),
     Panel("mismatch", "Sampler vs trainer log-probs", draw_mismatch),
 )

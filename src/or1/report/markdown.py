@@ -21,6 +21,8 @@ def render_markdown(run: RunFiles, figures: dict[str, tuple[str, Path]], missing
     ]
     if run.stages:
         lines += ["## Stages", "", *stage_table(run), ""]
+    if any(s.series("perf/generate_tokens_per_s")[0] for s in run.stages):
+        lines += ["## Throughput", "", *throughput_table(run), "", *THROUGHPUT_NOTE, ""]
     if run.evals:
         lines += ["## Evaluation", "", *eval_table(run), ""]
         lines += [f"- {line}" for line in eval_gains(run)] + [""]
@@ -61,6 +63,57 @@ def stage_table(run: RunFiles) -> list[str]:
             f"{seconds / 60:.1f} |"
         )
     return rows
+
+
+THROUGHPUT_NOTE = (
+    "Medians over each stage's trained steps. Tokens per second: generated response tokens over the generation "
+    "phase, and prompt + response tokens through the update (times its epochs) over the update phase, in all and "
+    "per device (the training ranks). MFU: the update's model FLOPs (forward + backward from the architecture, "
+    "causal attention per sequence, no activation recompute) over the devices' peak, a GPU's dense bf16 datasheet "
+    "figure or, on a CPU, a matmul benchmark measured at the stage's start. Step time: each phase's share of "
+    "the step (reward: the scoring left after generation; other: log-prob passes, critic, the controller).",
+)
+
+
+def throughput_table(run: RunFiles) -> list[str]:
+    rows = [
+        "| stage | generate tok/s (per device) | update tok/s (per device) | update TFLOP/s per device | MFU "
+        "| peak TFLOP/s per device | step time: generate / reward / update / other |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for stage in run.stages:
+        trained = [r for r in stage.records if "batch/sampled" in r and not r.get("skipped")]
+
+        def median(key: str, trained: list = trained) -> float | None:
+            values = [float(r[key]) for r in trained if isinstance(r.get(key), int | float)]
+            return statistics.median(values) if values else None
+
+        def rate(key: str) -> str:
+            total, each = median(key), median(f"{key}_per_device")
+            return (
+                "-" if total is None else f"{total:.0f} ({each:.0f})" if each is not None else f"{total:.0f}"
+            )
+
+        if median("perf/generate_tokens_per_s") is None:
+            continue
+        tflops, mfu = median("perf/update_tflops_per_device"), median("perf/update_mfu")
+        shares = [median(f"perf/share_{k}") for k in ("generate", "reward", "update", "other")]
+        rows.append(
+            f"| {stage.name} | {rate('perf/generate_tokens_per_s')} | {rate('perf/update_tokens_per_s')} | "
+            f"{'-' if tflops is None else f'{tflops:.3g}'} | {'-' if mfu is None else f'{mfu:.1%}'} | "
+            f"{peak_text(stage, median('perf/peak_tflops_per_device'))} | "
+            f"{' / '.join('-' if v is None else f'{v:.0%}' for v in shares)} |"
+        )
+    return rows
+
+
+def peak_text(stage: StageRun, logged: float | None) -> str:
+    """`989.5 (datasheet, NVIDIA H100 80GB HBM3)` from summary.json, else the number the steps logged."""
+    peak = (stage.summary or {}).get("device_peak") or {}
+    if "tflops" in peak:
+        where = "datasheet" if peak.get("source") == "table" else "measured"
+        return f"{peak['tflops']:.4g} ({where}, {peak.get('device', '?')})"
+    return "-" if logged is None else f"{logged:.4g}"
 
 
 def validation_span(stage: StageRun) -> str:
