@@ -346,6 +346,52 @@ class RewardConfig(Section):
     )
 
 
+class HealthConfig(Section):
+    """Run-health advisories (or1.health): each fires once per stage with one line naming the metric, its value and
+    what to try, is printed as it fires, and is listed in summary.json and `or1 report`. Means over `window` steps
+    compare the latest steps with the first of the stage."""
+
+    enabled: bool = True
+    window: int = Field(5, ge=1, description="Steps averaged before a rule reads a metric.")
+    zero_advantage_frac: float = Field(
+        0.8, ge=0.0, le=1.0, description="Share of groups with one reward (batch/rejected_frac) that fires."
+    )
+    truncated_frac: float = Field(
+        0.2,
+        ge=0.0,
+        le=1.0,
+        description="Share of responses cut at the budget (response/truncated_frac) that fires, when rising.",
+    )
+    entropy_min: float = Field(0.01, ge=0.0, description="actor/entropy below this fires (collapse).")
+    entropy_max: float = Field(5.0, ge=0.0, description="actor/entropy above this fires (explosion).")
+    entropy_drop: float = Field(
+        0.75, gt=0.0, lt=1.0, description="actor/entropy fallen by this fraction since the stage began fires."
+    )
+    mismatch_k3_kl: float = Field(
+        1e-3, ge=0.0, description="Sampler-trainer gap (mismatch/k3_kl) above this fires."
+    )
+    reward_seconds: float = Field(
+        1.0,
+        ge=0.0,
+        description="Scoring seconds a step (time/reward, its slowest row) below this never fire.",
+    )
+    reward_growth: float = Field(
+        2.0, gt=1.0, description="Scoring time grown by this factor since the stage began fires."
+    )
+    throughput_drop: float = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="perf/tokens_per_s fallen by this fraction since the stage began fires.",
+    )
+    validation_patience: int = Field(
+        4, ge=1, description="Evaluations in a row without a new best (by validation_min_gain) that fire."
+    )
+    validation_min_gain: float = Field(
+        0.01, ge=0.0, description="What counts as a new best validation avg@k (absolute)."
+    )
+
+
 class TrainerConfig(Section):
     batch_size: int = Field(256, ge=1, description="Prompts per training step (before rejection sampling).")
     steps: int | None = Field(
@@ -382,6 +428,7 @@ class TrainerConfig(Section):
     )
     wandb_project: str = Field("or1", description="W&B project (loggers: [wandb]; pip install 'or1[wandb]').")
     wandb_run_name: str | None = Field(None, description="W&B run name; default <recipe>-stage<N>.")
+    health: HealthConfig = Field(default_factory=HealthConfig)
 
 
 class StageInfo(Section):

@@ -21,6 +21,7 @@ def render_markdown(run: RunFiles, figures: dict[str, tuple[str, Path]], missing
     ]
     if run.stages:
         lines += ["## Stages", "", *stage_table(run), ""]
+        lines += ["## Run health", "", *health_lines(run), ""]
     if run.evals:
         lines += ["## Evaluation", "", *eval_table(run), ""]
         lines += [f"- {line}" for line in eval_gains(run)] + [""]
@@ -61,6 +62,25 @@ def stage_table(run: RunFiles) -> list[str]:
             f"{seconds / 60:.1f} |"
         )
     return rows
+
+
+def health_lines(run: RunFiles) -> list[str]:
+    """Each stage's advisories from its summary.json (README, "Reading a run"), or why there are none to show."""
+    lines = []
+    for stage in run.stages:
+        if stage.summary is None:
+            lines.append(
+                f"- {stage.name}: running or interrupted (advisories are listed when the stage ends)"
+            )
+            continue
+        advisories = stage.summary.get("advisories", [])
+        if not advisories:
+            lines.append(f"- {stage.name}: no advisory fired")
+        for a in advisories:
+            lines.append(
+                f"- {stage.name}, step {a['step']}: `{a['metric']}` = {a['value']:.4g}: {a['advice']}"
+            )
+    return lines
 
 
 def validation_span(stage: StageRun) -> str:

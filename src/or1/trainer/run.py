@@ -127,7 +127,7 @@ def _finish_stage(start: StageStart, trainer: Trainer, dropped: dict[str, int], 
         "too_long_prompts": trainer.loader.too_long,
         "online_filter_dropped": dropped,
     }
-    summary = stage_summary(stage_dir, facts, trainer.prompt_stats)
+    summary = stage_summary(stage_dir, facts, trainer.prompt_stats, cfg.trainer.health)
     write_summary(stage_dir, summary)
     for line in summary_lines(summary):
         console.print(line, highlight=False, markup=False)

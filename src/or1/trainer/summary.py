@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from or1.algos.online_filter import PromptStats
+from or1.config.schema import HealthConfig
+from or1.health import Advisor
 from or1.layout import METRICS_FILE, SUMMARY_FILE
 
 # Metrics summarised as first / last / mean / min / max over the stage's trained steps.
@@ -32,8 +34,10 @@ def stage_summary(
     stage_dir: Path,
     facts: dict[str, Any],
     prompt_stats: PromptStats,
+    health: HealthConfig,
 ) -> dict[str, Any]:
-    """`facts` (recipe, stage, start and final models, prompt counts) plus curves, validation and solve counts."""
+    """`facts` (recipe, stage, start and final models, prompt counts) plus curves, validation, solve counts and
+    the run-health advisories the stage's metrics fire."""
     records = [json.loads(line) for line in (stage_dir / METRICS_FILE).read_text().splitlines() if line]
     steps = [r for r in records if "batch/sampled" in r]
     curves = {}
@@ -65,6 +69,7 @@ def stage_summary(
         "seconds": sum(float(r.get("time/step", 0.0)) for r in steps),
         "curves": curves,
         "validation": validation,
+        "advisories": [a.as_dict() for a in Advisor.replaying(records, health).fired],
     }
 
 
@@ -97,4 +102,8 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
             lines.append(
                 f"  {key}: {v['start']:.1%} (step {v['start_step']}) -> {v['end']:.1%} (step {v['end_step']})"
             )
+    advisories = summary.get("advisories", [])
+    lines.append(
+        f"  health: {len(advisories)} advisories" + (" (summary.json, or1 report)" if advisories else "")
+    )
     return lines
