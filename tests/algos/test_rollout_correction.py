@@ -30,6 +30,17 @@ def test_matched_sampler_reads_zero():
     assert m == {"abs_diff_mean": 0.0, "abs_diff_max": 0.0, "k3_kl": 0.0, "past_threshold_frac": 0.0}
 
 
+def test_mismatch_metrics_do_not_bound_the_log_ratio():
+    # a broken weights push: the trainer gives one sampled token log-prob -40 where the sampler gave -5, log rho -35
+    old, rollout, mask = torch.tensor([[-40.0, -1.0]]), torch.tensor([[-5.0, -1.0]]), torch.tensor([[1, 1]])
+    m = mismatch_metrics(old, rollout, mask, threshold=2.0)
+    assert m["abs_diff_max"] == 35.0 and m["abs_diff_mean"] == 17.5  # not 20 and 10
+    assert m["k3_kl"] == pytest.approx((math.exp(-35.0) - 1 + 35.0) / 2)  # 17.0, not (e^-20 + 19) / 2 = 9.5
+    # rho = e^30: its k3 is e^30 - 31 = 1.07e13, beyond what a bound at 20 (e^20 - 21 = 4.9e8) could read
+    up = mismatch_metrics(torch.tensor([[-1.0]]), torch.tensor([[-31.0]]), torch.tensor([[1]]), threshold=2.0)
+    assert up["k3_kl"] == pytest.approx(math.exp(30.0) - 31.0, rel=1e-9)
+
+
 def test_token_tis_truncates_each_ratio_at_the_cap():
     weights, mask, m = correct(OLD, ROLLOUT, MASK, CorrectionSettings(is_level="token", is_cap=1.5))
     expected = [[min(math.exp(x), 1.5) for x in row] for row in LOG_RHO]

@@ -11,7 +11,11 @@ rho_t = pi_old(y_t) / pi_sampler(y_t) says how much more the trainer likes a tok
   importance weights truncated at a cap (TIS: token level, w_t = min(rho_t, cap); sequence level, w = min(prod_t
   rho_t, cap) on every token of the response) and rejection (MIS: a token, or a whole response, leaves the loss
   mask when its ratio is outside [lower, upper]; per response either the product of its token ratios or their
-  geometric mean exp(mean_t log rho_t)). Log-ratios are bounded to +-20 before exp(), padding gets weight 0.
+  geometric mean exp(mean_t log rho_t)). Log-ratios are bounded to +-20 before exp() in the weights, padding gets
+  weight 0.
+
+The diagnostic metrics never bound the log-ratio: a broken weights push must read as one, not as a gap of 20. They
+take it in float64, whose exp() stays finite to |log rho| ~ 700.
 """
 
 from __future__ import annotations
@@ -123,9 +127,9 @@ def mismatch_sums(
     old_log_probs: Tensor, rollout_log_probs: Tensor, mask: Tensor, threshold: float
 ) -> MismatchSums:
     """The gap on the tokens of `mask`: |log rho|, k3 = rho - 1 - log rho (estimates KL(sampler || old) from the
-    sampler's tokens) and the count of tokens with rho outside [1 / threshold, threshold]."""
+    sampler's tokens) and the count of tokens with rho outside [1 / threshold, threshold]; log rho unbounded."""
     mask_b = mask.bool()
-    lr = log_ratio(old_log_probs, rollout_log_probs, mask).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    lr = log_ratio(old_log_probs, rollout_log_probs, mask).double()
     diff = lr.abs()
     k3 = masked(torch.exp(lr) - 1.0 - lr, mask_b)
     return MismatchSums(
