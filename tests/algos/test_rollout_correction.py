@@ -85,9 +85,18 @@ def test_geometric_rejection_is_tighter_than_it_looks():
 
 def test_token_rejection_then_tis_on_the_kept_tokens():
     settings = CorrectionSettings(is_level="token", is_cap=5.0, rejection="token", rejection_upper=2.0)
-    weights, mask, _ = correct(OLD, ROLLOUT, MASK, settings)
+    weights, mask, m = correct(OLD, ROLLOUT, MASK, settings)
     assert mask.tolist() == [[1, 0, 1], [1, 0, 0]]  # rho e^-1 and e^-2 are below 1/2
     assert weights[0, 1] == 0 and weights[0, 0] == pytest.approx(math.exp(0.5))
+    assert m["rejected_token_frac"] == pytest.approx(2 / 5)
+    assert m["rejected_seq_frac"] == 1.0  # each response lost a token, though neither lost all of them
+
+
+def test_token_rejection_counts_a_response_that_lost_any_token():
+    # bounds [1/5, 5]: only row 1's rho e^-2 = 0.135 is out, one of its two tokens
+    _, mask, m = correct(OLD, ROLLOUT, MASK, CorrectionSettings(rejection="token", rejection_upper=5.0))
+    assert mask.tolist() == [[1, 1, 1], [1, 0, 0]]
+    assert m["rejected_token_frac"] == pytest.approx(1 / 5) and m["rejected_seq_frac"] == pytest.approx(1 / 2)
 
 
 def test_settings_off_by_default():

@@ -70,8 +70,9 @@ def correct(
     """(importance weights [B, T] or None when off, the loss mask after rejection, metrics).
 
     Metrics: is_weight_mean / is_weight_max (over the kept loss tokens, before they are multiplied in) and
-    is_truncated_frac (tokens whose weight hit the cap); rejected_token_frac / rejected_seq_frac (of the loss
-    tokens / responses with loss tokens).
+    is_truncated_frac (tokens whose weight hit the cap); with rejection on, rejected_token_frac (rejected loss
+    tokens / loss tokens) and rejected_seq_frac (responses that lost at least one loss token / responses with loss
+    tokens; at sequence level a response loses all of them or none).
     """
     mask_b = mask.bool()
     lr = log_ratio(old_log_probs, rollout_log_probs, mask)
@@ -84,9 +85,10 @@ def correct(
         else:
             seq = sequence_log_ratio(lr, mask, geometric=settings.rejection == "geometric")
             keep &= ((seq >= lo) & (seq <= hi))[:, None]
+        rejected = mask_b & ~keep
         tokens, rows = mask_b.sum().clamp(min=1), mask_b.any(-1)
-        metrics["rejected_token_frac"] = float((mask_b & ~keep).sum() / tokens)
-        metrics["rejected_seq_frac"] = float((rows & ~keep.any(-1)).sum() / rows.sum().clamp(min=1))
+        metrics["rejected_token_frac"] = float(rejected.sum() / tokens)
+        metrics["rejected_seq_frac"] = float(rejected.any(-1).sum() / rows.sum().clamp(min=1))
     weights = None
     if settings.is_level != "off":
         if settings.is_level == "token":
