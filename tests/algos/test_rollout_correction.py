@@ -48,6 +48,13 @@ def test_token_tis_truncates_each_ratio_at_the_cap():
     torch.testing.assert_close(weights[1, :2], torch.tensor(expected[1]))
     assert weights[1, 2] == 0 and torch.equal(mask, MASK)
     assert m["is_truncated_frac"] == pytest.approx(1 / 5)  # only e^0.5 = 1.65 > 1.5
+    # the weights as they multiply the loss, and the ratios before truncation
+    assert m["is_weight_mean"] == pytest.approx((1.5 + math.exp(-1) + 1 + math.exp(0.1) + math.exp(-2)) / 5)
+    assert m["is_weight_max"] == pytest.approx(1.5)
+    assert m["is_ratio_mean"] == pytest.approx(
+        (math.exp(0.5) + math.exp(-1) + 1 + math.exp(0.1) + math.exp(-2)) / 5
+    )
+    assert m["is_ratio_max"] == pytest.approx(math.exp(0.5))
 
 
 def test_sequence_tis_weighs_a_response_by_its_product_of_ratios():
@@ -56,6 +63,17 @@ def test_sequence_tis_weighs_a_response_by_its_product_of_ratios():
     for i, row in enumerate(LOG_RHO):
         w = min(math.prod(math.exp(x) for x in row), 2.0)
         assert weights[i, : len(row)].tolist() == pytest.approx([w] * len(row))
+
+
+def test_sequence_ratio_metrics_see_past_the_cap_and_the_bound():
+    # one response of two tokens, log rho 15 each: the product e^30 is bounded to e^20 and truncated at 10 in the
+    # weights; the ratio metrics report it as it is, on both of its tokens
+    old, rollout, mask = torch.tensor([[-1.0, -2.0]]), torch.tensor([[-16.0, -17.0]]), torch.tensor([[1, 1]])
+    weights, _, m = correct(old, rollout, mask, CorrectionSettings(is_level="sequence", is_cap=10.0))
+    assert weights.tolist() == [[10.0, 10.0]]
+    assert (m["is_weight_mean"], m["is_weight_max"], m["is_truncated_frac"]) == (10.0, 10.0, 1.0)
+    assert m["is_ratio_mean"] == pytest.approx(math.exp(30.0), rel=1e-9)
+    assert m["is_ratio_max"] == pytest.approx(math.exp(30.0), rel=1e-9)
 
 
 @pytest.mark.parametrize(
@@ -90,6 +108,11 @@ def test_token_rejection_then_tis_on_the_kept_tokens():
     assert weights[0, 1] == 0 and weights[0, 0] == pytest.approx(math.exp(0.5))
     assert m["rejected_token_frac"] == pytest.approx(2 / 5)
     assert m["rejected_seq_frac"] == 1.0  # each response lost a token, though neither lost all of them
+    # the weights over the 3 kept tokens; the ratios over all 5 loss tokens, the rejected ones too
+    assert m["is_weight_mean"] == pytest.approx((math.exp(0.5) + 1 + math.exp(0.1)) / 3)
+    assert m["is_ratio_mean"] == pytest.approx(
+        (math.exp(0.5) + math.exp(-1) + 1 + math.exp(0.1) + math.exp(-2)) / 5
+    )
 
 
 def test_token_rejection_counts_a_response_that_lost_any_token():

@@ -69,10 +69,12 @@ def correct(
 ) -> tuple[Tensor | None, Tensor, dict[str, float]]:
     """(importance weights [B, T] or None when off, the loss mask after rejection, metrics).
 
-    Metrics: is_weight_mean / is_weight_max (over the kept loss tokens, before they are multiplied in) and
-    is_truncated_frac (tokens whose weight hit the cap); with rejection on, rejected_token_frac (rejected loss
-    tokens / loss tokens) and rejected_seq_frac (responses that lost at least one loss token / responses with loss
-    tokens; at sequence level a response loses all of them or none).
+    Metrics, with IS on: is_ratio_mean / is_ratio_max, the ratio before truncation (rho_t; at sequence level the
+    response's prod_t rho_t on each of its tokens), unbounded, over every loss token before rejection;
+    is_weight_mean / is_weight_max, the truncated weights that multiply the loss, over the loss tokens rejection
+    kept; is_truncated_frac, the share of those whose ratio hit the cap. With rejection on: rejected_token_frac
+    (rejected loss tokens / loss tokens) and rejected_seq_frac (responses that lost at least one loss token /
+    responses with loss tokens; at sequence level a response loses all of them or none).
     """
     mask_b = mask.bool()
     lr = log_ratio(old_log_probs, rollout_log_probs, mask)
@@ -91,6 +93,7 @@ def correct(
         metrics["rejected_seq_frac"] = float(rejected.any(-1).sum() / rows.sum().clamp(min=1))
     weights = None
     if settings.is_level != "off":
+        metrics.update(_ratio_metrics(lr, mask_b, settings.is_level))
         if settings.is_level == "token":
             bounded = lr.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
         else:
@@ -103,6 +106,18 @@ def correct(
         metrics["is_weight_max"] = float(weights.max()) if keep.any() else 0.0
         metrics["is_truncated_frac"] = float(((raw > settings.is_cap) & keep).sum() / kept)
     return weights, keep.to(mask.dtype), metrics
+
+
+def _ratio_metrics(token_log_ratio: Tensor, mask: Tensor, level: ISLevel) -> dict[str, float]:
+    """Mean and max of the untruncated, unbounded ratio over the loss tokens of `mask` (float64)."""
+    lr = token_log_ratio.double()
+    if level == "sequence":
+        lr = sequence_log_ratio(lr, mask, geometric=False)[:, None].expand_as(lr)
+    ratio = masked(torch.exp(lr), mask)
+    return {
+        "is_ratio_mean": float(ratio.sum() / mask.sum().clamp(min=1)),
+        "is_ratio_max": float(ratio.max()) if mask.any() else 0.0,
+    }
 
 
 @dataclass
