@@ -6,7 +6,7 @@ rho_t = pi_old(y_t) / pi_sampler(y_t) says how much more the trainer likes a tok
 
 - `mismatch_sums` / `mismatch_metrics`: the gap, per token: mean and max of |log pi_old - log pi_sampler|, a k3
   estimate of KL(pi_sampler || pi_old) (the tokens were drawn from the sampler), and the share of tokens whose rho
-  lies outside [1 / cap, cap] (`threshold`).
+  lies outside [1 / cap, cap] (`threshold`). Measured on every loss token before rejection, unbounded.
 - `correct`: verl's "decoupled" rollout correction, with its definitions (docs/algo/rollout_corr.md there):
   importance weights truncated at a cap (TIS: token level, w_t = min(rho_t, cap); sequence level, w = min(prod_t
   rho_t, cap) on every token of the response) and rejection (MIS: a token, or a whole response, leaves the loss

@@ -241,9 +241,9 @@ class RolloutCorrectionConfig(Section):
     """Importance-sampling correction for a sampler unlike the trainer (verl's decoupled rollout correction).
 
     rho_t = pi_old(y_t) / pi_sampler(y_t): the actor's probability of a sampled token over the rollout engine's.
-    The mismatch metrics (`mismatch/*`) are logged every step whether or not a correction is on. A correction needs
-    the actor's old log-probs before the update, so it runs the separate old-log-prob pass (actor.old_log_prob auto
-    then does not fuse it into the update).
+    The mismatch metrics (`mismatch/*`) are logged every step whether or not a correction is on, over every loss
+    token (rejected ones too). A correction needs the actor's old log-probs before the update, so it runs the
+    separate old-log-prob pass (actor.old_log_prob auto then does not fuse it into the update).
     """
 
     is_level: Literal["off", "token", "sequence"] = Field(
