@@ -160,9 +160,10 @@ class ActorConfig(OptimConfig):
     policy_loss: Literal["ppo", "gspo", "cispo"] = Field(
         "ppo",
         description="The policy-gradient term. ppo: per-token clipped ratio (Skywork-OR1); gspo: one ratio per "
-        "response, the geometric mean of its token ratios, clipped (paper bounds clip_ratio_low 3e-4, high 4e-4, "
-        "with loss_agg_mode seq-mean-token-mean); cispo: the clipped ratio as a detached weight on A * log pi, so "
-        "no token loses its gradient (clip_ratio_low 1.0 for no lower bound, as MiniMax-M1). Dual clip is PPO's.",
+        "response, the geometric mean of its token ratios, clipped (paper bounds clip_ratio_low 3e-4, high 4e-4; "
+        "needs loss_agg_mode seq-mean-token-mean, its definition); cispo: the clipped ratio as a detached weight on "
+        "A * log pi, so no token loses its gradient (clip_ratio_low 1.0 for no lower bound, as MiniMax-M1). Dual "
+        "clip is PPO's.",
     )
     loss_agg_mode: Literal[
         "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
@@ -241,9 +242,9 @@ class RolloutCorrectionConfig(Section):
     """Importance-sampling correction for a sampler unlike the trainer (verl's decoupled rollout correction).
 
     rho_t = pi_old(y_t) / pi_sampler(y_t): the actor's probability of a sampled token over the rollout engine's.
-    The mismatch metrics (`mismatch/*`) are logged every step whether or not a correction is on. A correction needs
-    the actor's old log-probs before the update, so it runs the separate old-log-prob pass (actor.old_log_prob auto
-    then does not fuse it into the update).
+    The mismatch metrics (`mismatch/*`) are logged every step whether or not a correction is on, over every loss
+    token (rejected ones too). A correction needs the actor's old log-probs before the update, so it runs the
+    separate old-log-prob pass (actor.old_log_prob auto then does not fuse it into the update).
     """
 
     is_level: Literal["off", "token", "sequence"] = Field(
@@ -480,6 +481,11 @@ class RunConfig(Section):
             raise ValueError(
                 f"algorithm.overlong.buffer ({self.algorithm.overlong.buffer}) exceeds rollout.max_response_length "
                 f"({self.rollout.max_response_length})"
+            )
+        if self.actor.policy_loss == "gspo" and self.actor.loss_agg_mode != "seq-mean-token-mean":
+            raise ValueError(
+                "actor.policy_loss gspo is defined with a mean over responses of each response's token mean: add "
+                f"actor.loss_agg_mode: seq-mean-token-mean (got {self.actor.loss_agg_mode})"
             )
         if (self.critic.ppo_mini_batch_size or 0) > self.trainer.batch_size:
             raise ValueError(

@@ -127,6 +127,7 @@ def train_step(
         with timer("values"):
             batch = batch.union(t.critic.compute_values(batch.only(SEQUENCE_COLUMNS)))
     batch = add_advantages(batch, algo)
+    loss_mask = batch.tensors[RESPONSE_MASK]  # before rejection: the mismatch metrics see every loss token
     batch, correction = rollout_correction(batch, algo)  # sampler unlike trainer: IS weights, rejection
     alpha = old.entropy_coef(t, batch)
     with timer("update"):
@@ -139,7 +140,11 @@ def train_step(
     return (
         batch,
         update,
-        {**sampler_mismatch(batch, algo), **correction, **{f"critic/{k}": v for k, v in critic.items()}},
+        {
+            **sampler_mismatch(batch, algo, loss_mask),
+            **correction,
+            **{f"critic/{k}": v for k, v in critic.items()},
+        },
     )
 
 
