@@ -114,3 +114,9 @@ def test_the_summary_lists_what_the_stage_fired(tmp_path: Path) -> None:
     summary = stage_summary(tmp_path, {"stage": 1}, PromptStats(), HealthConfig())
     assert [a["rule"] for a in summary["advisories"]] == ["mismatch"]
     assert summary["advisories"][0]["step"] == 5
+
+
+def test_an_infinite_gap_fires_and_missing_values_are_skipped() -> None:
+    (advisory,) = fired(stream(10, mismatch__k3_kl=lambda s: float("inf")))  # a broken weight push
+    assert advisory.rule == "mismatch" and advisory.value == float("inf") and advisory.step == 5
+    assert fired(stream(10, mismatch__k3_kl=lambda s: float("nan"))) == []

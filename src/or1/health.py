@@ -39,7 +39,7 @@ class Advisory:
 
 @dataclass
 class History:
-    """The values of each metric so far, by step (only steps that logged it)."""
+    """The values of each metric so far, by step (only steps that logged it; NaN left out, infinities kept)."""
 
     values: dict[str, list[float]] = field(default_factory=dict)
     steps: int = 0
@@ -47,7 +47,7 @@ class History:
     def add(self, record: Mapping[str, object]) -> None:
         self.steps += 1
         for key, value in record.items():
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
                 self.values.setdefault(key, []).append(float(value))
 
     def latest(self, key: str, window: int) -> float | None:
