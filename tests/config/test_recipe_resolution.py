@@ -63,6 +63,21 @@ def test_set_overrides_parse_yaml_values(tmp_path):
             ["critic.sequence_parallel_size=4"],
             "critic.sequence_parallel_size (4) must divide the world",
         ),
+        (
+            BASE,
+            1,
+            ["actor.policy_loss=gspo"],
+            "actor.policy_loss gspo is defined with a mean over responses of each response's token mean: add "
+            "actor.loss_agg_mode: seq-mean-token-mean (got token-mean)",
+        ),
+        (
+            BASE.replace(
+                "actor: {ppo_mini_batch_size: 4}", "actor: {ppo_mini_batch_size: 4, policy_loss: gspo}"
+            ),
+            1,
+            ["actor.loss_agg_mode=seq-mean-token-sum"],
+            "add actor.loss_agg_mode: seq-mean-token-mean (got seq-mean-token-sum)",
+        ),
         (BASE, 1, ["critc.lr=1"], "the key must start with one of model, data, rollout, actor, critic,"),
         (BASE, 3, [], "stage 3 is out of range"),
         (BASE.replace("model: {path: some/model}", "modle: {path: x}"), 1, [], "modle: unknown key"),
@@ -74,6 +89,12 @@ def test_mistakes_name_the_file_and_key(tmp_path, text, stage, overrides, expect
         resolve(write(tmp_path, text), stage, overrides)
     assert expected in str(caught.value)
     assert "\n" not in str(caught.value)
+
+
+def test_gspo_resolves_with_its_sequence_mean(tmp_path):
+    overrides = ["actor.policy_loss=gspo", "actor.loss_agg_mode=seq-mean-token-mean"]
+    actor = resolve(write(tmp_path, BASE), 1, overrides).actor
+    assert (actor.policy_loss, actor.loss_agg_mode) == ("gspo", "seq-mean-token-mean")
 
 
 def test_missing_recipe_is_a_user_error():

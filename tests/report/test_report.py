@@ -142,6 +142,25 @@ def test_finished_run_gets_every_figure_and_the_numbers(finished_run: Path) -> N
     assert "![Validation accuracy](plots/validation.png)" in text
 
 
+def test_the_report_lists_each_stage_s_advisories(tmp_path: Path) -> None:
+    run = tmp_path / "run"
+    write_stage(run, 1, 10, 48, [0.1] * 10, (0.40, 0.50))
+    write_stage(run, 2, 100, 64, [0.4, 0.5], (0.50, 0.0), finished=False)
+    summary = json.loads((run / "stage1" / "summary.json").read_text())
+    advisory = {
+        "rule": "truncation",
+        "step": 7,
+        "metric": "response/truncated_frac",
+        "value": 0.31,
+        "advice": "a",
+    }
+    (run / "stage1" / "summary.json").write_text(json.dumps(summary | {"advisories": [advisory]}))
+    text = write_report(run).markdown.read_text()
+    assert "## Run health" in text
+    assert "- 1, step 7: `response/truncated_frac` = 0.31: a" in text
+    assert "- 2: running or interrupted" in text
+
+
 def test_one_step_axis_across_stages(finished_run: Path) -> None:
     run = read_run(finished_run)
     # Offsets follow the steps each earlier stage ran (10, then 4), not the recipe's start_step (250, 500).

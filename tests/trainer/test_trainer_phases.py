@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from types import SimpleNamespace
+
 import pytest
 import torch
 
@@ -9,6 +11,7 @@ from or1.algos.entropy_control import AdaptiveEntropyController
 from or1.config.recipe import resolve
 from or1.config.schema import AlgorithmConfig, EntropyControlConfig
 from or1.hybrid.batch import Batch
+from or1.trainer.loop import train_step
 from or1.trainer.phases import (
     ability_metrics,
     add_advantages,
@@ -22,6 +25,7 @@ from or1.trainer.phases import (
     sampler_mismatch,
     truncation_policy,
 )
+from or1.trainer.step_log import PhaseTimer
 
 
 def scored_batch(scores: list[float], truncated: list[bool], groups: list[str], width: int = 4) -> Batch:
@@ -136,7 +140,7 @@ def test_mismatch_metrics_per_ability_and_the_correction_phase() -> None:
     rollout = batch.tensors["old_log_probs"] - torch.tensor([[0.0], [0.0], [1.0], [0.1]]) * mask
     batch = batch.union(Batch({"rollout_log_probs": rollout}, {"ability": ["math", "math", "code", "code"]}))
     algorithm = AlgorithmConfig(rollout_correction={"is_level": "token", "is_cap": 2.0})
-    m = sampler_mismatch(batch, algorithm)
+    m = sampler_mismatch(batch, algorithm, batch.tensors["response_mask"])
     assert m["mismatch/math/abs_diff_max"] == 0.0 and m["mismatch/code/abs_diff_max"] == pytest.approx(1.0)
     assert m["mismatch/code/past_threshold_frac"] == pytest.approx(4 / 6)  # row 2's 4 tokens of the 6 of code
     corrected, metrics = rollout_correction(batch, algorithm)
@@ -144,6 +148,71 @@ def test_mismatch_metrics_per_ability_and_the_correction_phase() -> None:
     assert weights[2, 0] == 2.0 and weights[3, 0] == pytest.approx(torch.e**0.1) and weights[0, 0] == 1.0
     assert metrics["mismatch/is_truncated_frac"] > 0
     assert rollout_correction(batch, AlgorithmConfig())[0] is batch  # off: untouched
+
+
+class RecordingActor:
+    """The actor worker group as train_step calls it: fixed old log-probs, and the batch each update received."""
+
+    world_size = 1
+
+    def __init__(self, old_log_probs: torch.Tensor) -> None:
+        self.old_log_probs = old_log_probs
+        self.updated: list[Batch] = []
+
+    def compute_log_prob(self, batch: Batch) -> Batch:
+        return Batch({"old_log_probs": self.old_log_probs})
+
+    def update_actor(self, batch: Batch, entropy_coef: float = 0.0) -> list[dict[str, float]]:
+        self.updated.append(batch)
+        return [{"pg_loss": 0.0}]
+
+
+def test_train_step_measures_the_mismatch_before_rejection_and_trains_on_the_kept_tokens() -> None:
+    # one group of two responses (3 and 2 tokens); log rho = log pi_old - log pi_sampler per loss token:
+    # row 0: 0.5, -1.0, 0.0; row 1: 0.1, -2.0. Token rejection outside [1/2, 2] drops the -1.0 and the -2.0.
+    old = torch.tensor([[-1.0, -2.0, -0.5], [-0.1, -3.0, 0.0]])
+    rollout = torch.tensor([[-1.5, -1.0, -0.5], [-0.2, -1.0, 0.0]])
+    mask = torch.tensor([[1, 1, 1], [1, 1, 0]])
+    batch = Batch(
+        {
+            "input_ids": torch.zeros(2, 5, dtype=torch.long),
+            "attention_mask": torch.ones(2, 5, dtype=torch.long),
+            "responses": torch.zeros(2, 3, dtype=torch.long),
+            "response_mask": mask,
+            "response_length": torch.tensor([3, 2]),
+            "rollout_log_probs": rollout,
+            "rewards": torch.tensor([1.0, 0.0]),
+        },
+        {"uid": ["g", "g"]},
+    )
+    overrides = [
+        "algorithm.rollout_correction.is_level=token",
+        "algorithm.rollout_correction.is_cap=1.5",
+        "algorithm.rollout_correction.rejection=token",
+        "algorithm.rollout_correction.rejection_upper=2.0",
+        "trainer.balance_batch=false",
+    ]
+    cfg = resolve("tiny", 1, overrides)
+    actor = RecordingActor(old)
+    t = SimpleNamespace(
+        cfg=cfg,
+        actor=actor,
+        critic=None,
+        entropy=AdaptiveEntropyController.from_config(cfg.algorithm.entropy),
+    )
+    _, _, metrics = train_step(t, batch, PhaseTimer())
+    # the gap over all 5 loss tokens, the two rejected ones too (after rejection: 0.2, 0.5 and 1/3)
+    assert metrics["mismatch/abs_diff_mean"] == pytest.approx((0.5 + 1.0 + 0.0 + 0.1 + 2.0) / 5)
+    assert metrics["mismatch/abs_diff_max"] == pytest.approx(2.0)
+    # |log rho| > log 1.5 = 0.41: 0.5, 1.0 and 2.0
+    assert metrics["mismatch/past_threshold_frac"] == pytest.approx(3 / 5)
+    assert metrics["mismatch/rejected_token_frac"] == pytest.approx(2 / 5)
+    assert metrics["mismatch/rejected_seq_frac"] == 1.0
+    # the update trains on the kept tokens only, each weighted by min(rho, 1.5)
+    (update,) = actor.updated
+    assert update.tensors["response_mask"].tolist() == [[1, 0, 1], [1, 0, 0]]
+    expected = torch.tensor([[1.5, 0.0, 1.0], [torch.e**0.1, 0.0, 0.0]])
+    torch.testing.assert_close(update.tensors["rollout_is_weights"], expected)
 
 
 def test_rollout_entropy_reads_the_samplers_log_probs() -> None:

@@ -8,7 +8,8 @@ mask), the clip bounds (`clip_low`, `clip_high`), the aggregation (`agg_mode` an
 - ppo (Skywork-OR1, verl): per-token ratio r = pi / pi_old, clipped surrogate, clip-higher and dual clip.
 - gspo (Zheng et al. 2025, "Group Sequence Policy Optimization"): one ratio per response, the geometric mean
   s = exp(mean_t log(pi / pi_old)), clipped like PPO's (the paper's bounds are ~3e-4 / 4e-4); written per token as
-  s_t = sg(s) * pi_t / sg(pi_t), whose gradient under seq-mean-token-mean aggregation is the sequence objective's.
+  s_t = sg(s) * pi_t / sg(pi_t), whose gradient under seq-mean-token-mean aggregation is the sequence objective's
+  (the config refuses gspo with any other actor.loss_agg_mode).
 - cispo (MiniMax-M1, 2025): REINFORCE with a clipped, detached importance weight: loss -sg(clip(r)) * A * log pi, so
   no token's gradient is ever dropped (PPO's clip zeroes it), only its weight bounded.
 """

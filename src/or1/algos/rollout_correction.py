@@ -6,12 +6,16 @@ rho_t = pi_old(y_t) / pi_sampler(y_t) says how much more the trainer likes a tok
 
 - `mismatch_sums` / `mismatch_metrics`: the gap, per token: mean and max of |log pi_old - log pi_sampler|, a k3
   estimate of KL(pi_sampler || pi_old) (the tokens were drawn from the sampler), and the share of tokens whose rho
-  lies outside [1 / cap, cap] (`threshold`).
+  lies outside [1 / cap, cap] (`threshold`). Measured on every loss token before rejection, unbounded.
 - `correct`: verl's "decoupled" rollout correction, with its definitions (docs/algo/rollout_corr.md there):
   importance weights truncated at a cap (TIS: token level, w_t = min(rho_t, cap); sequence level, w = min(prod_t
   rho_t, cap) on every token of the response) and rejection (MIS: a token, or a whole response, leaves the loss
   mask when its ratio is outside [lower, upper]; per response either the product of its token ratios or their
-  geometric mean exp(mean_t log rho_t)). Log-ratios are bounded to +-20 before exp(), padding gets weight 0.
+  geometric mean exp(mean_t log rho_t)). Log-ratios are bounded to +-20 before exp() in the weights, padding gets
+  weight 0.
+
+The diagnostic metrics never bound the log-ratio: a broken weights push must read as one, not as a gap of 20. They
+take it in float64, whose exp() stays finite to |log rho| ~ 700.
 """
 
 from __future__ import annotations
@@ -65,9 +69,12 @@ def correct(
 ) -> tuple[Tensor | None, Tensor, dict[str, float]]:
     """(importance weights [B, T] or None when off, the loss mask after rejection, metrics).
 
-    Metrics: is_weight_mean / is_weight_max (over the kept loss tokens, before they are multiplied in) and
-    is_truncated_frac (tokens whose weight hit the cap); rejected_token_frac / rejected_seq_frac (of the loss
-    tokens / responses with loss tokens).
+    Metrics, with IS on: is_ratio_mean / is_ratio_max, the ratio before truncation (rho_t; at sequence level the
+    response's prod_t rho_t on each of its tokens), unbounded, over every loss token before rejection;
+    is_weight_mean / is_weight_max, the truncated weights that multiply the loss, over the loss tokens rejection
+    kept; is_truncated_frac, the share of those whose ratio hit the cap. With rejection on: rejected_token_frac
+    (rejected loss tokens / loss tokens) and rejected_seq_frac (responses that lost at least one loss token /
+    responses with loss tokens; at sequence level a response loses all of them or none).
     """
     mask_b = mask.bool()
     lr = log_ratio(old_log_probs, rollout_log_probs, mask)
@@ -80,11 +87,13 @@ def correct(
         else:
             seq = sequence_log_ratio(lr, mask, geometric=settings.rejection == "geometric")
             keep &= ((seq >= lo) & (seq <= hi))[:, None]
+        rejected = mask_b & ~keep
         tokens, rows = mask_b.sum().clamp(min=1), mask_b.any(-1)
-        metrics["rejected_token_frac"] = float((mask_b & ~keep).sum() / tokens)
-        metrics["rejected_seq_frac"] = float((rows & ~keep.any(-1)).sum() / rows.sum().clamp(min=1))
+        metrics["rejected_token_frac"] = float(rejected.sum() / tokens)
+        metrics["rejected_seq_frac"] = float(rejected.any(-1).sum() / rows.sum().clamp(min=1))
     weights = None
     if settings.is_level != "off":
+        metrics.update(_ratio_metrics(lr, mask_b, settings.is_level))
         if settings.is_level == "token":
             bounded = lr.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
         else:
@@ -97,6 +106,18 @@ def correct(
         metrics["is_weight_max"] = float(weights.max()) if keep.any() else 0.0
         metrics["is_truncated_frac"] = float(((raw > settings.is_cap) & keep).sum() / kept)
     return weights, keep.to(mask.dtype), metrics
+
+
+def _ratio_metrics(token_log_ratio: Tensor, mask: Tensor, level: ISLevel) -> dict[str, float]:
+    """Mean and max of the untruncated, unbounded ratio over the loss tokens of `mask` (float64)."""
+    lr = token_log_ratio.double()
+    if level == "sequence":
+        lr = sequence_log_ratio(lr, mask, geometric=False)[:, None].expand_as(lr)
+    ratio = masked(torch.exp(lr), mask)
+    return {
+        "is_ratio_mean": float(ratio.sum() / mask.sum().clamp(min=1)),
+        "is_ratio_max": float(ratio.max()) if mask.any() else 0.0,
+    }
 
 
 @dataclass
@@ -123,9 +144,9 @@ def mismatch_sums(
     old_log_probs: Tensor, rollout_log_probs: Tensor, mask: Tensor, threshold: float
 ) -> MismatchSums:
     """The gap on the tokens of `mask`: |log rho|, k3 = rho - 1 - log rho (estimates KL(sampler || old) from the
-    sampler's tokens) and the count of tokens with rho outside [1 / threshold, threshold]."""
+    sampler's tokens) and the count of tokens with rho outside [1 / threshold, threshold]; log rho unbounded."""
     mask_b = mask.bool()
-    lr = log_ratio(old_log_probs, rollout_log_probs, mask).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    lr = log_ratio(old_log_probs, rollout_log_probs, mask).double()
     diff = lr.abs()
     k3 = masked(torch.exp(lr) - 1.0 - lr, mask_b)
     return MismatchSums(

@@ -160,9 +160,10 @@ class ActorConfig(OptimConfig):
     policy_loss: Literal["ppo", "gspo", "cispo"] = Field(
         "ppo",
         description="The policy-gradient term. ppo: per-token clipped ratio (Skywork-OR1); gspo: one ratio per "
-        "response, the geometric mean of its token ratios, clipped (paper bounds clip_ratio_low 3e-4, high 4e-4, "
-        "with loss_agg_mode seq-mean-token-mean); cispo: the clipped ratio as a detached weight on A * log pi, so "
-        "no token loses its gradient (clip_ratio_low 1.0 for no lower bound, as MiniMax-M1). Dual clip is PPO's.",
+        "response, the geometric mean of its token ratios, clipped (paper bounds clip_ratio_low 3e-4, high 4e-4; "
+        "needs loss_agg_mode seq-mean-token-mean, its definition); cispo: the clipped ratio as a detached weight on "
+        "A * log pi, so no token loses its gradient (clip_ratio_low 1.0 for no lower bound, as MiniMax-M1). Dual "
+        "clip is PPO's.",
     )
     loss_agg_mode: Literal[
         "token-mean", "seq-mean-token-mean", "seq-mean-token-sum", "seq-mean-token-sum-norm"
@@ -241,9 +242,9 @@ class RolloutCorrectionConfig(Section):
     """Importance-sampling correction for a sampler unlike the trainer (verl's decoupled rollout correction).
 
     rho_t = pi_old(y_t) / pi_sampler(y_t): the actor's probability of a sampled token over the rollout engine's.
-    The mismatch metrics (`mismatch/*`) are logged every step whether or not a correction is on. A correction needs
-    the actor's old log-probs before the update, so it runs the separate old-log-prob pass (actor.old_log_prob auto
-    then does not fuse it into the update).
+    The mismatch metrics (`mismatch/*`) are logged every step whether or not a correction is on, over every loss
+    token (rejected ones too). A correction needs the actor's old log-probs before the update, so it runs the
+    separate old-log-prob pass (actor.old_log_prob auto then does not fuse it into the update).
     """
 
     is_level: Literal["off", "token", "sequence"] = Field(
@@ -346,6 +347,52 @@ class RewardConfig(Section):
     )
 
 
+class HealthConfig(Section):
+    """Run-health advisories (or1.health): each fires once per stage with one line naming the metric, its value and
+    what to try, is printed as it fires, and is listed in summary.json and `or1 report`. Means over `window` steps
+    compare the latest steps with the first of the stage."""
+
+    enabled: bool = True
+    window: int = Field(5, ge=1, description="Steps averaged before a rule reads a metric.")
+    zero_advantage_frac: float = Field(
+        0.8, ge=0.0, le=1.0, description="Share of groups with one reward (batch/rejected_frac) that fires."
+    )
+    truncated_frac: float = Field(
+        0.2,
+        ge=0.0,
+        le=1.0,
+        description="Share of responses cut at the budget (response/truncated_frac) that fires, when rising.",
+    )
+    entropy_min: float = Field(0.01, ge=0.0, description="actor/entropy below this fires (collapse).")
+    entropy_max: float = Field(5.0, ge=0.0, description="actor/entropy above this fires (explosion).")
+    entropy_drop: float = Field(
+        0.75, gt=0.0, lt=1.0, description="actor/entropy fallen by this fraction since the stage began fires."
+    )
+    mismatch_k3_kl: float = Field(
+        1e-3, ge=0.0, description="Sampler-trainer gap (mismatch/k3_kl) above this fires."
+    )
+    reward_seconds: float = Field(
+        1.0,
+        ge=0.0,
+        description="Scoring seconds a step (time/reward, its slowest row) below this never fire.",
+    )
+    reward_growth: float = Field(
+        2.0, gt=1.0, description="Scoring time grown by this factor since the stage began fires."
+    )
+    throughput_drop: float = Field(
+        0.5,
+        gt=0.0,
+        lt=1.0,
+        description="perf/tokens_per_s fallen by this fraction since the stage began fires.",
+    )
+    validation_patience: int = Field(
+        4, ge=1, description="Evaluations in a row without a new best (by validation_min_gain) that fire."
+    )
+    validation_min_gain: float = Field(
+        0.01, ge=0.0, description="What counts as a new best validation avg@k (absolute)."
+    )
+
+
 class TrainerConfig(Section):
     batch_size: int = Field(256, ge=1, description="Prompts per training step (before rejection sampling).")
     steps: int | None = Field(
@@ -382,6 +429,7 @@ class TrainerConfig(Section):
     )
     wandb_project: str = Field("or1", description="W&B project (loggers: [wandb]; pip install 'or1[wandb]').")
     wandb_run_name: str | None = Field(None, description="W&B run name; default <recipe>-stage<N>.")
+    health: HealthConfig = Field(default_factory=HealthConfig)
 
 
 class StageInfo(Section):
@@ -433,6 +481,11 @@ class RunConfig(Section):
             raise ValueError(
                 f"algorithm.overlong.buffer ({self.algorithm.overlong.buffer}) exceeds rollout.max_response_length "
                 f"({self.rollout.max_response_length})"
+            )
+        if self.actor.policy_loss == "gspo" and self.actor.loss_agg_mode != "seq-mean-token-mean":
+            raise ValueError(
+                "actor.policy_loss gspo is defined with a mean over responses of each response's token mean: add "
+                f"actor.loss_agg_mode: seq-mean-token-mean (got {self.actor.loss_agg_mode})"
             )
         if (self.critic.ppo_mini_batch_size or 0) > self.trainer.batch_size:
             raise ValueError(

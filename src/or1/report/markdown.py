@@ -21,6 +21,7 @@ def render_markdown(run: RunFiles, figures: dict[str, tuple[str, Path]], missing
     ]
     if run.stages:
         lines += ["## Stages", "", *stage_table(run), ""]
+        lines += ["## Run health", "", *health_lines(run), ""]
     if any(s.series("perf/generate_tokens_per_s")[0] for s in run.stages):
         lines += ["## Throughput", "", *throughput_table(run), "", *THROUGHPUT_NOTE, ""]
     if run.evals:
@@ -114,6 +115,25 @@ def peak_text(stage: StageRun, logged: float | None) -> str:
         where = "datasheet" if peak.get("source") == "table" else "measured"
         return f"{peak['tflops']:.4g} ({where}, {peak.get('device', '?')})"
     return "-" if logged is None else f"{logged:.4g}"
+
+
+def health_lines(run: RunFiles) -> list[str]:
+    """Each stage's advisories from its summary.json (README, "Reading a run"), or why there are none to show."""
+    lines = []
+    for stage in run.stages:
+        if stage.summary is None:
+            lines.append(
+                f"- {stage.name}: running or interrupted (advisories are listed when the stage ends)"
+            )
+            continue
+        advisories = stage.summary.get("advisories", [])
+        if not advisories:
+            lines.append(f"- {stage.name}: no advisory fired")
+        for a in advisories:
+            lines.append(
+                f"- {stage.name}, step {a['step']}: `{a['metric']}` = {a['value']:.4g}: {a['advice']}"
+            )
+    return lines
 
 
 def validation_span(stage: StageRun) -> str:

@@ -15,6 +15,7 @@ from or1.algos.entropy_control import AdaptiveEntropyController
 from or1.algos.filters import RefillBuffer
 from or1.algos.online_filter import PromptStats
 from or1.config.schema import RunConfig
+from or1.health import Advisor
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import (
     CRITIC_COLUMNS,
@@ -77,6 +78,11 @@ class Trainer:
     throughput: Throughput | None = None  # the perf/ rates and MFU (None: only perf/tokens_per_s)
     step: int = 0  # steps of this stage completed
     stop: StopFlag | None = None  # set by Ctrl-C / SIGTERM: stop between steps, after a checkpoint
+    advisor: Advisor | None = None  # run-health rules over the logged steps (trainer.health when None)
+
+    def __post_init__(self) -> None:
+        if self.advisor is None:
+            self.advisor = Advisor(self.cfg.trainer.health)
 
 
 def train(t: Trainer) -> None:
@@ -124,6 +130,7 @@ def train_step(
         with timer("values"):
             batch = batch.union(t.critic.compute_values(batch.only(SEQUENCE_COLUMNS)))
     batch = add_advantages(batch, algo)
+    loss_mask = batch.tensors[RESPONSE_MASK]  # before rejection: the mismatch metrics see every loss token
     batch, correction = rollout_correction(batch, algo)  # sampler unlike trainer: IS weights, rejection
     alpha = old.entropy_coef(t, batch)
     with timer("update"):
@@ -136,7 +143,11 @@ def train_step(
     return (
         batch,
         update,
-        {**sampler_mismatch(batch, algo), **correction, **{f"critic/{k}": v for k, v in critic.items()}},
+        {
+            **sampler_mismatch(batch, algo, loss_mask),
+            **correction,
+            **{f"critic/{k}": v for k, v in critic.items()},
+        },
     )
 
 
@@ -202,6 +213,8 @@ def _finish_step(t: Trainer, step: int, metrics: dict[str, float], sampled: Batc
     if t.validation and is_due(t.cfg, step):
         metrics = {**metrics, **validate(t.validation, t.actor, t.rewards, t.cfg)}
     t.logger.log(step, metrics)
+    for advisory in t.advisor.observe({"step": step, **metrics}):
+        t.logger.console.print(advisory.line(), highlight=False, soft_wrap=True, markup=False)
     if sampled is not None:
         write_step_samples(t.logger.stage_dir, step, sampled, t.cfg.trainer.samples_per_step)
     if step % t.cfg.trainer.save_every == 0 or step == t.cfg.trainer.steps:
@@ -258,3 +271,4 @@ def restore(t: Trainer, folder: Path) -> None:
     """Load a checkpoint into the workers and the controller; the metrics file is cut back to its step."""
     t.step = t.checkpoints.load(folder)
     t.logger.truncate_after(t.step)
+    t.advisor = Advisor.replaying(t.logger.records(), t.cfg.trainer.health)  # what fired stays fired

@@ -134,14 +134,17 @@ def rollout_correction(batch: Batch, algorithm: AlgorithmConfig) -> tuple[Batch,
     return Batch(tensors, batch.non_tensor, batch.meta), {f"mismatch/{k}": v for k, v in metrics.items()}
 
 
-def sampler_mismatch(batch: Batch, algorithm: AlgorithmConfig) -> dict[str, float]:
-    """How far the sampler's log-probs are from the actor's old ones on the loss tokens, overall and per ability
-    (mismatch/<metric>, mismatch/<ability>/<metric>); the threshold is rollout_correction.is_cap."""
+def sampler_mismatch(batch: Batch, algorithm: AlgorithmConfig, loss_mask: torch.Tensor) -> dict[str, float]:
+    """How far the sampler's log-probs are from the actor's old ones on the tokens of `loss_mask`, overall and per
+    ability (mismatch/<metric>, mismatch/<ability>/<metric>); the threshold is rollout_correction.is_cap.
+
+    Pass the loss mask from before rollout-correction rejection: the rejected tokens are the worst of the gap.
+    """
     groups = [str(a) for a in batch.non_tensor[ABILITY]] if ABILITY in batch.non_tensor else None
     metrics = mismatch_metrics(
         batch.tensors[OLD_LOG_PROBS],
         batch.tensors[ROLLOUT_LOG_PROBS],
-        batch.tensors[RESPONSE_MASK],
+        loss_mask,
         algorithm.rollout_correction.is_cap,
         groups,
     )

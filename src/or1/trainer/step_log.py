@@ -115,6 +115,12 @@ class MetricsLogger:
         self.task = self.progress.add_task("steps", total=self.total_steps, completed=done)
         self.progress.start()
 
+    def records(self) -> list[dict[str, Any]]:
+        """The steps logged to metrics.jsonl so far (none without the jsonl sink)."""
+        if not self.path.is_file():
+            return []
+        return [json.loads(line) for line in self.path.read_text().splitlines() if line]
+
     def truncate_after(self, step: int) -> None:
         """Drop logged steps beyond `step` (written by a run that died after its last checkpoint)."""
         if not self.path.is_file():

@@ -12,6 +12,8 @@ from pathlib import Path
 from typing import Any
 
 from or1.algos.online_filter import PromptStats
+from or1.config.schema import HealthConfig
+from or1.health import Advisor
 from or1.layout import METRICS_FILE, SUMMARY_FILE
 from or1.trainer.throughput import MEDIANS
 
@@ -33,9 +35,11 @@ def stage_summary(
     stage_dir: Path,
     facts: dict[str, Any],
     prompt_stats: PromptStats,
+    health: HealthConfig,
 ) -> dict[str, Any]:
     """`facts` (recipe, stage, start and final models, prompt counts, the devices' peak) plus curves, validation,
-    solve counts and the medians of the throughput metrics over the trained steps (`throughput`)."""
+    solve counts, the medians of the throughput metrics over the trained steps (`throughput`) and the run-health
+    advisories the stage's metrics fire."""
     records = [json.loads(line) for line in (stage_dir / METRICS_FILE).read_text().splitlines() if line]
     steps = [r for r in records if "batch/sampled" in r]
     curves = {}
@@ -68,6 +72,7 @@ def stage_summary(
         "curves": curves,
         "validation": validation,
         "throughput": throughput_medians([r for r in steps if not r.get("skipped")]),
+        "advisories": [a.as_dict() for a in Advisor.replaying(records, health).fired],
     }
 
 
@@ -112,6 +117,10 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
             lines.append(
                 f"  {key}: {v['start']:.1%} (step {v['start_step']}) -> {v['end']:.1%} (step {v['end_step']})"
             )
+    advisories = summary.get("advisories", [])
+    lines.append(
+        f"  health: {len(advisories)} advisories" + (" (summary.json, or1 report)" if advisories else "")
+    )
     return lines
 
 
