@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from or1.algos.online_filter import PromptStats
+from or1.config.schema import HealthConfig
 from or1.hybrid.batch import Batch
 from or1.plan.flops import training_flops
 from or1.plan.model import ModelShape
@@ -121,7 +122,7 @@ def test_summary_medians_and_peak(tmp_path: Path):
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     peak = {"devices": 2, "device": "cpu (1 threads)", "tflops": 0.25, "source": "measured"}
-    summary = stage_summary(tmp_path, {"stage": 1, "device_peak": peak}, PromptStats())
+    summary = stage_summary(tmp_path, {"stage": 1, "device_peak": peak}, PromptStats(), HealthConfig())
     assert summary["throughput"] == {
         "perf/generate_tokens_per_s": 200.0,  # the skipped step left out
         "perf/update_mfu": 0.02,
