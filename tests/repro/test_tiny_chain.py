@@ -11,6 +11,7 @@ sampling, adaptive entropy control, online filtering, arithmetic and programs in
   every attempt (TRAIN_OPS makes some certain), the online filter's counts differ from the always-solved prompts in
   the earlier stages' prompt statistics, or a stage's entropy controller does not start afresh from init_coef at its
   own target, or the coefficient never moves;
+- a run-health advisory (or1.health) fires on this healthy run;
 - a figure of `or1 report` is missing.
 
 The margins hold on any trajectory, not one machine's: torch picks other CPU kernels on other processors (AVX2,
@@ -245,6 +246,10 @@ def check_chain(run: Path) -> dict:
         assert first["entropy/coef"] in (0.0, pytest.approx(entropy["delta"]))
     rose = max(r.get("entropy/coef", 0.0) for stage in (1, 2, 3) for r in logs[stage])
     assert rose > 0.0, "the entropy coefficient never rose: the controller did not act"
+
+    # Run health: a healthy chain fires no advisory under or1.health's default thresholds.
+    for stage in (1, 2, 3):
+        assert summaries[stage]["advisories"] == [], f"stage {stage}: {summaries[stage]['advisories']}"
 
     # The report, written by the chain's last stage: every figure of a finished GRPO run.
     for name in (*FIGURES, "online_filter", "overview"):
