@@ -11,7 +11,9 @@ from typer.testing import CliRunner
 
 from or1.cli import app
 from or1.config.recipe import RECIPES_DIR, load_recipe, resolve, stage_names
+from or1.errors import UserError
 from or1.plan.advice import smallest_fix, with_overrides
+from or1.plan.gate import check_fits
 from or1.plan.memory import GIB
 from or1.plan.model import read_model_shape
 from or1.plan.stage import Device, plan_stage
@@ -229,3 +231,52 @@ def test_train_refuses_a_stage_that_cannot_fit_before_any_worker(tmp_path, monke
         ],
     )
     assert result.exit_code == 2 and "will not fit" not in result.output and "train.parquet" in result.output
+
+
+def test_the_pre_flight_says_what_it_could_not_check(tmp_path, monkeypatch):
+    def unreachable(*_, **__):
+        raise OSError("the hub cannot be reached")
+
+    monkeypatch.setattr("huggingface_hub.hf_hub_download", unreachable)
+    monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
+    cfg = resolve(str(write_recipe(tmp_path, Path("nobody/not-cached-anywhere"))), 1)
+    line = check_fits(cfg, gpu_memory_gib=80)
+    assert line.startswith("stage 1: GPU memory not checked: no config.json for nobody/not-cached-anywhere")
+    assert "--model-config" in line
+    fetched = tmp_path / "fetched.json"
+    fetched.write_text((CONFIGS / "qwen2-7b.json").read_text())
+    monkeypatch.setattr(
+        "huggingface_hub.hf_hub_download", lambda *_, **__: str(fetched)
+    )  # a few KB, no weights
+    with pytest.raises(UserError, match="stage 1 will not fit"):  # planned from the fetched 7B config.json
+        check_fits(cfg, gpu_memory_gib=24)
+
+
+def test_a_plan_above_nine_tenths_of_the_gpu_fits_with_a_warning(tmp_path):
+    model = tmp_path / "model"
+    model.mkdir()
+    (model / "config.json").write_text((CONFIGS / "qwen2-7b.json").read_text())
+    # the HF engine: no vLLM share of the GPU, so the peak (the update) does not follow the GPU's size
+    cfg = resolve(str(write_recipe(tmp_path, model)), 1, ["rollout.engine=hf"])
+    peak = plan_stage(cfg, read_model_shape(model), Device(8, 1000 * GIB)).peak.peak
+    roomy, tight = Device(8, int(peak / 0.8)), Device(8, int(peak / 0.95))
+    assert not plan_stage(cfg, read_model_shape(model), roomy).tight
+    plan = plan_stage(cfg, read_model_shape(model), tight)
+    assert plan.fits and plan.tight
+    assert "fits, TIGHT" in format_stage(plan, None) and "above 90%" in format_stage(plan, None)
+    line = check_fits(cfg, gpu_memory_gib=tight.memory / GIB)
+    assert line.startswith("stage 1 fits with little to spare") and "(95%, above 90%)" in line
+    assert check_fits(cfg, gpu_memory_gib=roomy.memory / GIB) is None
+    # or1 train prints the warning and goes on (to the next pre-flight error here: no data file)
+    args = [
+        "train",
+        "--recipe",
+        str(tmp_path / "big.yaml"),
+        "--set",
+        "rollout.engine=hf",
+        "--run-dir",
+        str(tmp_path),
+    ]
+    result = runner.invoke(app, [*args, "--gpu-memory", str(tight.memory / GIB)])
+    line = " ".join(result.output.split())
+    assert "stage 1 fits with little to spare" in line and "train.parquet" in line, result.output

@@ -1,8 +1,9 @@
 """`or1 train`'s memory check: plan the stage on this machine's GPUs and refuse one that cannot fit, in one line.
 
 Runs before Ray or any worker starts. The GPU size is the override when given (`--gpu-memory`), else the first
-visible CUDA device's; with neither (a CPU run), nothing is checked. The model's numbers come from its config.json
-on this machine (a folder or the Hugging Face cache); a hub model not yet downloaded is not checked here.
+visible CUDA device's. The model's numbers come from its config.json: a folder, the Hugging Face cache, or fetched
+alone from the hub (a few KB). Never silent: a stage that cannot be checked (no GPU size, no config.json) or that
+fits with less than a tenth of the GPU to spare gets one line saying so.
 """
 
 from __future__ import annotations
@@ -11,9 +12,9 @@ from or1.config.schema import RunConfig
 from or1.errors import UserError
 from or1.plan.advice import smallest_fix
 from or1.plan.memory import GIB
-from or1.plan.model import ModelShape, config_file, read_model_shape
-from or1.plan.stage import Device, StagePlan, plan_stage
-from or1.plan.table import one_line
+from or1.plan.model import config_file, read_model_shape
+from or1.plan.stage import Device, plan_stage
+from or1.plan.table import one_line, tight_line
 
 
 def gpu_device(cfg: RunConfig, gpu_memory_gib: float | None) -> Device | None:
@@ -28,18 +29,24 @@ def gpu_device(cfg: RunConfig, gpu_memory_gib: float | None) -> Device | None:
     return Device(cfg.trainer.devices_per_node, int(props.total_memory), props.name.replace(" ", "-"))
 
 
-def model_shape(cfg: RunConfig) -> ModelShape | None:
-    """The stage's model shape when its config.json is on this machine (later stages share stage 1's shape)."""
-    return read_model_shape(cfg.model.path) if config_file(cfg.model.path) is not None else None
-
-
-def check_fits(cfg: RunConfig, gpu_memory_gib: float | None = None) -> StagePlan | None:
-    """The stage's plan when one could be made; a UserError when it does not fit."""
+def check_fits(cfg: RunConfig, gpu_memory_gib: float | None = None) -> str | None:
+    """A UserError when the stage does not fit; else a line to show when it could not be checked or fits above the
+    warning band (`StagePlan.tight`), None when it fits with room."""
+    stage = f"stage {cfg.stage.index}"
     device = gpu_device(cfg, gpu_memory_gib)
-    shape = model_shape(cfg) if device is not None else None
-    if device is None or shape is None:
-        return None
+    if device is None:
+        return (
+            f"{stage}: GPU memory not checked: no CUDA device is visible here; pass --gpu-memory GIB (the GPUs' "
+            "size) to check it"
+        )
+    found = config_file(cfg.model.path, fetch=True)
+    if found is None:
+        return (
+            f"{stage}: GPU memory not checked: no config.json for {cfg.model.path} (not a folder, not in the Hugging "
+            "Face cache, and the hub could not be reached); check it with `or1 plan --model-config PATH`"
+        )
+    shape = read_model_shape(found)
     plan = plan_stage(cfg, shape, device)
     if not plan.fits:
         raise UserError(one_line(plan, smallest_fix(cfg, shape, device)))
-    return plan
+    return tight_line(plan) if plan.tight else None

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from or1.errors import UserError
+from or1.hub import offline
 
 BYTES = {"float32": 4, "bfloat16": 2, "float16": 2}
 # model_type values whose attention projections carry a bias without saying so in config.json
@@ -108,9 +109,10 @@ def numel(shape: tuple[int, ...]) -> int:
     return n
 
 
-def config_file(model: str | Path) -> Path | None:
-    """config.json of a model given as a folder, a config.json path, or a hub id already in the HF cache (no
-    download: a plan must not fetch weights); None when none is on this machine."""
+def config_file(model: str | Path, *, fetch: bool = False) -> Path | None:
+    """config.json of a model given as a folder, a config.json path, or a hub id in the HF cache; with `fetch`, a
+    hub id's config.json alone is downloaded when the hub can be reached (a few KB: never the weights). None when
+    none can be had."""
     path = Path(model).expanduser()
     if path.is_file():
         return path
@@ -119,10 +121,18 @@ def config_file(model: str | Path) -> Path | None:
     text = str(model)
     if text.count("/") != 1 or text.startswith((".", "/", "~")):
         return None
-    from huggingface_hub import try_to_load_from_cache
+    from huggingface_hub import hf_hub_download, try_to_load_from_cache
 
-    found = try_to_load_from_cache(text.partition("@")[0], "config.json")
-    return Path(found) if isinstance(found, str) else None
+    repo_id, _, revision = text.partition("@")
+    found = try_to_load_from_cache(repo_id, "config.json", revision=revision or None)
+    if isinstance(found, str):
+        return Path(found)
+    if not fetch or offline():
+        return None
+    try:
+        return Path(hf_hub_download(repo_id, "config.json", revision=revision or None))
+    except Exception:  # unreachable hub, unknown or gated repo: the caller says what it could not check
+        return None
 
 
 def read_model_shape(model: str | Path) -> ModelShape:

@@ -20,6 +20,9 @@ from or1.plan.memory import GIB, ShardState, Window
 from or1.plan.model import BYTES, ModelShape
 
 RESERVED = 2 * GIB  # CUDA context, NCCL buffers, allocator fragmentation: a margin, not a computation
+# a plan above this share of the GPU fits on paper but leaves too little for what the plan does not count (allocator
+# fragmentation, the margin's guesswork): `or1 plan` and the pre-flight warn
+WARN_SHARE = 0.9
 DEVICE = re.compile(r"(?:(\d+)\s*[xX]\s*)?(?:([\w.]+?)-)?(\d+(?:\.\d+)?)\s*(?:GB|GiB|G)?", re.IGNORECASE)
 # vLLM's offline defaults on GPUs of 70 GiB and more (engine/arg_utils), below that 8192 tokens and 256 sequences
 BATCHED_TOKENS = {True: 16384, False: 8192}
@@ -78,6 +81,11 @@ class StagePlan:
     @property
     def fits(self) -> bool:
         return self.peak.peak <= self.device.memory and not self.problems
+
+    @property
+    def tight(self) -> bool:
+        """Fits, but with the peak above WARN_SHARE of the GPU."""
+        return self.fits and self.peak.peak > WARN_SHARE * self.device.memory
 
 
 def micro_window(cfg: RunConfig, section: OptimConfig | None = None) -> Window:

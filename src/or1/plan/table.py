@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from or1.plan.advice import Advice
 from or1.plan.memory import GIB
-from or1.plan.stage import StagePlan
+from or1.plan.stage import WARN_SHARE, StagePlan
 
 # the parts shown as columns, in this order (a phase leaves out those it does not have)
 COLUMNS = (
@@ -48,9 +48,10 @@ def format_stage(plan: StagePlan, advice: Advice | None) -> str:
         )
     lines += [f"  {note}" for note in plan.notes]
     peak = plan.peak
+    verdict = "DOES NOT FIT" if not plan.fits else "fits, TIGHT" if plan.tight else "fits"
     lines.append(
-        f"  {'fits' if plan.fits else 'DOES NOT FIT'}: peak {gib(peak.peak)} GiB ({peak.name}) of "
-        f"{gib(plan.device.memory)} GiB per GPU"
+        f"  {verdict}: peak {gib(peak.peak)} GiB ({peak.name}) of {gib(plan.device.memory)} GiB per GPU"
+        + (f", above {WARN_SHARE:.0%}: little room for what the plan does not count" if plan.tight else "")
     )
     lines += [f"  problem: {problem}" for problem in plan.problems]
     if not plan.fits:
@@ -65,6 +66,16 @@ def format_stage(plan: StagePlan, advice: Advice | None) -> str:
                 f"(peak {gib(after.peak)} GiB, {after.name})"
             )
     return "\n".join(lines)
+
+
+def tight_line(plan: StagePlan) -> str:
+    """The pre-flight's warning for a stage that fits above the warning band."""
+    peak = plan.peak
+    return (
+        f"stage {plan.stage} fits with little to spare: its {peak.name} phase needs {gib(peak.peak)} of "
+        f"{gib(plan.device.memory)} GiB per GPU ({peak.peak / plan.device.memory:.0%}, above {WARN_SHARE:.0%}); "
+        "allocator fragmentation can tip it over: see `or1 plan` for the settings that lower it"
+    )
 
 
 def one_line(plan: StagePlan, advice: Advice | None) -> str:
