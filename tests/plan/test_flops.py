@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from test_memory import CONFIG  # the plan tests' small Qwen2
 from torch.utils import flop_counter
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
@@ -15,17 +16,6 @@ from or1.plan.flops import forward_flops, training_flops
 from or1.plan.model import ModelShape
 from or1.workers.rollout_rows import pack_sequences
 
-CONFIG = {
-    "model_type": "qwen2",
-    "vocab_size": 301,
-    "hidden_size": 64,
-    "num_hidden_layers": 2,
-    "num_attention_heads": 4,
-    "num_key_value_heads": 2,
-    "intermediate_size": 128,
-    "max_position_embeddings": 1024,
-    "tie_word_embeddings": True,
-}
 SHAPE = ModelShape.from_config(CONFIG)
 aten = torch.ops.aten
 # torch has formulas for the CUDA sdpa kernels only: the CPU's flash kernel gets the same ones (the full L x L square

@@ -68,13 +68,8 @@ def attention(
     **kwargs,
 ) -> tuple[torch.Tensor, None]:
     """transformers attention interface: q [1, H, T/sp, d], k / v [1, KV, T/sp, d] -> out [1, T/sp, H, d];
-    `segments` are the whole (padded) row's."""
-    if kwargs.get("sliding_window") or (dropout and module.training):
-        raise NotImplementedError(
-            "Ulysses attention implements neither sliding windows nor attention dropout"
-        )
-    if segments is None:
-        raise RuntimeError("Ulysses attention needs model(..., segments=, sp_group=): see packed_forward")
+    `segments` are the whole (padded) row's. Between the all-to-alls it is the packed attention itself
+    (`varlen.attention`, which refuses what it does not implement)."""
     sp = group_size(sp_group)
     if sp > 1:
         kv_heads = key.shape[1]
@@ -84,7 +79,17 @@ def attention(
         query, key, value = (
             all_to_all(t, sp_group, scatter_dim=1, gather_dim=2) for t in (query, key, value)
         )
-    out = varlen.attend(query, key, value, segments, scaling)  # [1, T, H / sp, d]
+    out, _ = varlen.attention(  # [1, T, H / sp, d]
+        module,
+        query,
+        key,
+        value,
+        attention_mask,
+        dropout=dropout,
+        scaling=scaling,
+        segments=segments,
+        **kwargs,
+    )
     if sp > 1:  # back to this rank's tokens, every head
         out = all_to_all(out, sp_group, scatter_dim=1, gather_dim=2)
     return out, None
