@@ -117,6 +117,8 @@ def test_segments_group_similar_lengths_and_cover_every_position() -> None:
     segments = Segments((10, 1, 8, 4, 9, 5))
     assert segments.cu_seqlens.tolist() == [0, 10, 11, 19, 23, 32, 37]
     assert (segments.total, segments.longest) == (37, 10)
+    cpu = torch.device("cpu")
+    assert segments.cu_seqlens_on(cpu) is segments.cu_seqlens_on(cpu)  # copied once, shared by every layer
     groups, back = segments.groups(torch.device("cpu"))
     # sorted by length: 10, 9, 8 (at least 0.8 x 10) | 5, 4 | 1
     assert [g.index.shape for g in groups] == [(3, 10), (2, 5), (1, 1)]

@@ -51,6 +51,7 @@ class Segments:
     _groups: dict[torch.device, tuple[list[Group], torch.Tensor]] = field(
         default_factory=dict, repr=False, compare=False
     )
+    _cu_seqlens: dict[torch.device, torch.Tensor] = field(default_factory=dict, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.lengths or min(self.lengths) < 1:
@@ -70,6 +71,12 @@ class Segments:
     def cu_seqlens(self) -> torch.Tensor:
         """[n + 1] int32: where each sequence starts, then the row's length (flash attention's boundaries)."""
         return F.pad(torch.tensor(self.lengths, dtype=torch.int32).cumsum(0, dtype=torch.int32), (1, 0))
+
+    def cu_seqlens_on(self, device: torch.device) -> torch.Tensor:
+        """`cu_seqlens` on `device`, copied there once per micro-batch (not once per layer)."""
+        if device not in self._cu_seqlens:
+            self._cu_seqlens[device] = self.cu_seqlens.to(device)
+        return self._cu_seqlens[device]
 
     def then(self, length: int) -> Segments:
         """These sequences and one more of `length` after them (a row padded with a dummy sequence)."""
@@ -128,7 +135,7 @@ def flash_attention(
     """torch's variable-length flash attention: the same shapes as `segment_attention`."""
     from torch.nn.attention.varlen import varlen_attn
 
-    cu = segments.cu_seqlens.to(query.device, non_blocking=True)
+    cu = segments.cu_seqlens_on(query.device)
     q, k, v = (t.transpose(0, 1).contiguous() for t in (query, key, value))  # [T, heads, d]
     out = varlen_attn(
         q,
