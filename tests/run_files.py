@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -12,6 +13,8 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from safetensors.torch import load_file
+
+ENV = {**os.environ, "COLUMNS": "1000"}  # rich wraps console lines at 80 columns off a terminal
 
 
 @contextmanager
@@ -73,3 +76,37 @@ def wait_for_checkpoint(proc: subprocess.Popen, run_dir: Path, step: int, timeou
         assert proc.poll() is None, f"the run ended before step {step}'s checkpoint"
         assert time.monotonic() < deadline, f"no checkpoint of step {step} within {timeout:.0f} s"
         time.sleep(0.02)
+
+
+def kill_while_writing(cmd: list[str], checkpoints: Path, step: int) -> None:
+    """Start the run and SIGKILL its whole process group as soon as step_<step>.tmp appears."""
+    proc = subprocess.Popen(
+        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=ENV
+    )
+    deadline = time.monotonic() + 600
+    try:
+        while not (checkpoints / f"step_{step}.tmp").exists():
+            assert proc.poll() is None, "the run ended before the checkpoint write it should die in"
+            assert time.monotonic() < deadline
+            time.sleep(0.002)
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def descendants(root: int) -> list[int]:
+    """Every process below `root` (Ray's raylet and workers are children of the driver's local cluster)."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            children.setdefault(ppid, []).append(int(entry.name))
+    found, todo = [], [root]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return found

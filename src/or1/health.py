@@ -116,6 +116,8 @@ def entropy_band(h: History, c: HealthConfig) -> tuple[str, float, str] | None:
 
 def sampler_mismatch(h: History, c: HealthConfig) -> tuple[str, float, str] | None:
     key = "mismatch/k3_kl"
+    if (h.latest("async/staleness_max", c.window) or 0.0) > 0:
+        return None  # asynchronous steps sample with older weights by design: the gap is the correction's to weigh
     now = h.latest(key, c.window)
     if now is not None and now > c.mismatch_k3_kl:
         return (

@@ -6,13 +6,10 @@ from __future__ import annotations
 
 import hashlib
 import json
-import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -21,11 +18,10 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from or1.trainer.checkpoint import CheckpointManager
-from run_files import assert_same_weights, metrics, tiny_run, weights
+from run_files import ENV, assert_same_weights, kill_while_writing, metrics, tiny_run, weights
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 STEPS = 4
-ENV = {**os.environ, "COLUMNS": "1000"}  # rich wraps console lines at 80 columns off a terminal
 
 
 def command(run_dir: Path, model_dir: Path, data_dir: Path, resume: str, stage: str = "1") -> list[str]:
@@ -51,22 +47,6 @@ def run(cmd: list[str]) -> str:
     done = subprocess.run(cmd, capture_output=True, text=True, timeout=600, env=ENV)
     assert done.returncode == 0, done.stderr[-3000:]
     return done.stdout
-
-
-def kill_while_writing(cmd: list[str], checkpoints: Path, step: int) -> None:
-    """Start the run and SIGKILL its whole process group as soon as step_<step>.tmp appears."""
-    proc = subprocess.Popen(
-        cmd, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True, env=ENV
-    )
-    deadline = time.monotonic() + 600
-    try:
-        while not (checkpoints / f"step_{step}.tmp").exists():
-            assert proc.poll() is None, "the run ended before the checkpoint write it should die in"
-            assert time.monotonic() < deadline
-            time.sleep(0.002)
-    finally:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.wait()
 
 
 def max_abs_diff(a: dict, b: dict) -> float:

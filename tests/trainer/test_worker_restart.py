@@ -10,7 +10,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from run_files import tiny_run, wait_for_checkpoint
+from run_files import descendants, tiny_run, wait_for_checkpoint
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 STEPS = 3
@@ -27,24 +27,6 @@ def command(run_dir: Path, model_dir: Path, data_dir: Path) -> list[str]:
     sets = [x for o in overrides for x in ("--set", o)]
     cli = [sys.executable, "-m", "or1.cli", "train", "--recipe", RECIPE, "--stage", "1"]
     return [*cli, "--run-dir", str(run_dir), "--resume", "never", *sets]
-
-
-def descendants(root: int) -> list[int]:
-    """Every process below `root` (Ray's raylet and workers are children of the driver's local cluster)."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                ppid = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except (OSError, IndexError, ValueError):
-                continue
-            children.setdefault(ppid, []).append(int(entry.name))
-    found, todo = [], [root]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return found
 
 
 def rank_actor_pids(root: int) -> list[int]:

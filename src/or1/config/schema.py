@@ -108,6 +108,31 @@ class RolloutConfig(Section):
         description="Largest mean |log-prob difference| on the probe that passes; None: 1e-3 when both sides are "
         "float32, 0.1 when either is 16-bit (kernels and rounding differ by ~1e-2 there).",
     )
+    placement: Literal["colocated", "separate"] = Field(
+        "colocated",
+        description="colocated: each training rank also samples (HybridFlow: sample, then train, on the same "
+        "devices); separate: rollout.replicas engine processes on devices of their own sample while the trainer "
+        "trains, and receive versioned weights after every update (asynchronous RL with rollout.max_staleness).",
+    )
+    replicas: int = Field(
+        1,
+        ge=1,
+        description="separate placement: rollout engine replicas (each rollout.tensor_parallel_size devices, or one "
+        "CPU core); a step's prompts are split between them.",
+    )
+    max_staleness: int = Field(
+        0,
+        ge=0,
+        description="separate placement: k, how many updates the weights a step's batch is sampled with may lag "
+        "the update that trains on it. The batch of step s is sampled with the weights after step s-1-k (the "
+        "start's for the first steps), so the replicas sample step s+k while the trainer trains step s. 0: "
+        "synchronous; 1: one batch sampled ahead (the usual asynchronous setting).",
+    )
+    allow_uncorrected: bool = Field(
+        False,
+        description="Allow max_staleness > 0 without algorithm.rollout_correction (the sampler's log-probs as the "
+        "behaviour policy); off, such a recipe is refused: its updates would treat stale samples as on-policy.",
+    )
 
 
 class OptimConfig(Section):
@@ -486,6 +511,19 @@ class RunConfig(Section):
             raise ValueError(
                 "actor.policy_loss gspo is defined with a mean over responses of each response's token mean: add "
                 f"actor.loss_agg_mode: seq-mean-token-mean (got {self.actor.loss_agg_mode})"
+            )
+        if self.rollout.placement == "colocated" and self.rollout.max_staleness:
+            raise ValueError(
+                f"rollout.max_staleness {self.rollout.max_staleness} needs rollout.placement separate: colocated "
+                "ranks sample and train in turn, so they cannot sample ahead"
+            )
+        correction = self.algorithm.rollout_correction
+        corrected = correction.is_level != "off" or correction.rejection != "off"
+        if self.rollout.max_staleness and not corrected and not self.rollout.allow_uncorrected:
+            raise ValueError(
+                f"rollout.max_staleness {self.rollout.max_staleness} samples with weights up to that many updates "
+                "old: set algorithm.rollout_correction.is_level (token or sequence, decoupled PPO's behaviour "
+                "weights) or .rejection, or rollout.allow_uncorrected: true to train on them as if on-policy"
             )
         if (self.critic.ppo_mini_batch_size or 0) > self.trainer.batch_size:
             raise ValueError(

@@ -25,6 +25,9 @@ RESPONSE_LENGTH = "response_length"  # [B]
 ROLLOUT_LOG_PROBS = "rollout_log_probs"  # [B, R]: the sampler's own log-probs
 TRUNCATED = "truncated"  # [B]: hit the response budget without a stop token
 RESPONSE_TEXT = "response_text"  # non-tensor: the decoded response
+POLICY_VERSION = (
+    "policy_version"  # [B]: the training step whose weights sampled the row (0: the stage's start)
+)
 
 # Rewards (scoring/manager.py) and the truncation policy (trainer/phases.py)
 SCORES = "scores"  # [B]: the verifier's score

@@ -9,10 +9,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from or1.algos.entropy_control import AdaptiveEntropyController
-from or1.algos.filters import RefillBuffer
 from or1.algos.online_filter import PromptStats
 from or1.config.schema import RunConfig
 from or1.health import Advisor
@@ -21,19 +19,11 @@ from or1.hybrid.columns import (
     CRITIC_COLUMNS,
     IS_WEIGHTS,
     OLD_LOG_PROBS,
-    PROMPT_KEY,
     REF_LOG_PROBS,
-    RESPONSE_LENGTH,
     RESPONSE_MASK,
-    REWARD_COLUMNS,
-    REWARD_HIDDEN,
-    REWARD_SECONDS,
-    REWARDS,
     SEQUENCE_COLUMNS,
-    UID,
     UPDATE_COLUMNS,
 )
-from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker_group import WorkerGroup
 from or1.scoring import RewardManager
 from or1.stop import StopFlag
@@ -50,9 +40,9 @@ from or1.trainer.phases import (
     sampled_entropy,
     sampler_mismatch,
     step_metrics,
-    truncation_policy,
 )
 from or1.trainer.prompt_loader import PromptLoader
+from or1.trainer.rollouts import Colocated, ConsumedLoader, Pipelined, Sampled
 from or1.trainer.skipped import SkippedSteps
 from or1.trainer.step_log import MetricsLogger, PhaseTimer, write_step_samples
 from or1.trainer.throughput import Throughput
@@ -72,6 +62,8 @@ class Trainer:
     checkpoints: CheckpointManager
     logger: MetricsLogger
     skipped: SkippedSteps
+    rollouts: Colocated | Pipelined  # where the steps are sampled (rollout.placement)
+    position: ConsumedLoader  # the loader's position as checkpointed: after the last step trained
     prompt_stats: PromptStats = field(default_factory=PromptStats)
     validation: list[ValidationSet] = field(default_factory=list)  # data.validation.sets, encoded
     critic: WorkerGroup | None = None  # CriticWorker colocated with the actor; only for the gae advantage
@@ -92,25 +84,47 @@ def train(t: Trainer) -> None:
         stop_between_steps(t)
     t.logger.start_progress(t.step)
     if t.validation and t.step == 0:  # the starting point of the stage's validation curve
-        t.logger.log(0, validate(t.validation, t.actor, t.rewards, cfg))
-    while t.step < cfg.trainer.steps:
-        if t.stop is not None and t.stop.requested:
-            stop_between_steps(t)
-        step, timer = t.step + 1, PhaseTimer()
-        batch = sampled = sample_round(t, step, 0, timer)
-        if cfg.algorithm.refill:
-            batch = refill(t, step, batch, timer)
-        batch, rejection = rejection_sample(batch, cfg.algorithm, multiple=t.actor.world_size)
-        if rejection.skip:
-            reasons = reason_counts(sampled)
-            metrics = {"skipped": 1.0, **rollout_metrics(sampled, rejection), **reasons, **timer.metrics()}
-            _finish_step(t, step, {**metrics, **rates(t, metrics, timer, None)}, sampled)
-            t.skipped.count(step, reasons)
-            continue
-        t.skipped.reset()
-        batch, update, more = train_step(t, batch, timer)
-        metrics = step_metrics(sampled, rejection, batch, update, t.entropy.metrics(), timer.metrics())
-        _finish_step(t, step, {**metrics, **more, **rates(t, metrics, timer, batch)}, sampled)
+        t.logger.log(0, run_validation(t, 0))
+    t.rollouts.begin(t.step)
+    try:
+        while t.step < cfg.trainer.steps:
+            if t.stop is not None and t.stop.requested:
+                stop_between_steps(t)
+            step, timer = t.step + 1, PhaseTimer()
+            sampled = t.rollouts.take(step, timer)
+            consume(t, sampled)
+            batch, rejection = rejection_sample(sampled.batch, cfg.algorithm, multiple=t.actor.world_size)
+            if rejection.skip:
+                reasons = reason_counts(sampled.first)
+                published = t.rollouts.trained(step)  # the same weights, under this step's version
+                metrics = {
+                    "skipped": 1.0,
+                    **rollout_metrics(sampled.first, rejection),
+                    **reasons,
+                    **sampled.metrics,
+                    **published,
+                    **timer.metrics(),
+                }
+                _finish_step(t, step, {**metrics, **rates(t, metrics, timer, None)}, sampled.first)
+                t.skipped.count(step, reasons)
+                continue
+            t.skipped.reset()
+            batch, update, more = train_step(t, batch, timer)
+            more = {**more, **sampled.metrics, **t.rollouts.trained(step)}
+            metrics = step_metrics(
+                sampled.first, rejection, batch, update, t.entropy.metrics(), timer.metrics()
+            )
+            _finish_step(t, step, {**metrics, **more, **rates(t, metrics, timer, batch)}, sampled.first)
+    finally:
+        t.rollouts.end()
+
+
+def consume(t: Trainer, sampled: Sampled) -> None:
+    """What training on a sampled step changes in the controller: the prompt statistics of every round sampled,
+    and the loader's position a checkpoint records (not that of steps sampled ahead)."""
+    for keys, rewards in sampled.rounds:
+        t.prompt_stats.update(keys, rewards)
+    t.position.consumed = sampled.loader_state
 
 
 def train_step(
@@ -161,41 +175,10 @@ def stop_between_steps(t: Trainer) -> None:
     t.stop.raise_if_requested(f"stopped after step {t.step} of {t.cfg.trainer.steps} ({where})")
 
 
-def sample_round(t: Trainer, step: int, round_: int, timer: PhaseTimer) -> Batch:
-    """Generate a batch of prompts' groups, score them, apply the truncation policy, count per-prompt solves.
-
-    Rows are scored as they finish: the ranks stream each finished row's reward inputs into a scoring session while
-    the others still decode, so only the scoring left after the last row (`time/reward`) is on the step's critical
-    path; `time/reward_hidden` is the scoring that ran during generation.
-    """
-    session = t.rewards.session()
-
-    def score_finished(_rank: int, rows: list[dict[str, Any]]) -> None:
-        session.submit([row.pop("key") for row in rows], rows)
-
-    with timer("generate"):
-        prompts, request = t.loader.next_batch(step, round_), SamplingRequest.training(t.cfg, step, round_)
-        batch = t.actor.stream("stream_sequences", score_finished, prompts, request)
-    timer.add_tokens("generate", float(batch.tensors[RESPONSE_LENGTH].sum()))
-    with timer("reward"):
-        scored = t.rewards.compute_scores(batch.only(REWARD_COLUMNS), session)
-        batch = truncation_policy(batch.union(Batch(scored.tensors, scored.non_tensor)), t.cfg.algorithm)
-    for ability, seconds in scored.meta[REWARD_SECONDS].items():
-        timer.add(f"reward_{ability}", seconds)
-    timer.add("reward_hidden", scored.meta[REWARD_HIDDEN])
-    t.prompt_stats.update(batch.non_tensor[PROMPT_KEY], batch.tensors[REWARDS])
-    return batch
-
-
-def refill(t: Trainer, step: int, first: Batch, timer: PhaseTimer) -> Batch:
-    """DAPO-style dynamic sampling: more rounds of prompts until batch_size informative groups (or rounds run out)."""
-    buffer = RefillBuffer(t.cfg.trainer.batch_size, t.cfg.algorithm.max_refill_rounds)
-    parts, more = [], first
-    while True:
-        parts.append(more.select(buffer.add(more.tensors[REWARDS], more.non_tensor[UID])))
-        if not buffer.needs_more:
-            return Batch.concat(parts)
-        more = sample_round(t, step, buffer.rounds, timer)
+def run_validation(t: Trainer, step: int) -> dict[str, float]:
+    """The validation sets sampled with the weights after `step`, wherever the rollout engines are."""
+    with t.rollouts.validating(step) as engines:
+        return validate(t.validation, engines, t.rewards, t.cfg)
 
 
 def rates(
@@ -211,7 +194,7 @@ def _finish_step(t: Trainer, step: int, metrics: dict[str, float], sampled: Batc
     """Advance, validate and checkpoint on schedule (the last step always does both), log, keep a few samples."""
     t.step = step
     if t.validation and is_due(t.cfg, step):
-        metrics = {**metrics, **validate(t.validation, t.actor, t.rewards, t.cfg)}
+        metrics = {**metrics, **run_validation(t, step)}
     t.logger.log(step, metrics)
     for advisory in t.advisor.observe({"step": step, **metrics}):
         t.logger.console.print(advisory.line(), highlight=False, soft_wrap=True, markup=False)

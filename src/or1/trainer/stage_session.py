@@ -26,12 +26,14 @@ from or1.trainer.checkpoint import CheckpointManager
 from or1.trainer.handoff import filtered_prompts
 from or1.trainer.loop import Trainer, restore, train
 from or1.trainer.prompt_loader import PromptLoader
+from or1.trainer.rollouts import Colocated, ConsumedLoader, Pipelined, StepSampler
 from or1.trainer.skipped import SkippedSteps
 from or1.trainer.step_log import MetricsLogger
 from or1.trainer.throughput import Throughput
 from or1.trainer.validation import ValidationSet, load_validation_sets
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 from or1.workers.critic import CriticWorker
+from or1.workers.rollout_worker import RolloutWorker
 
 
 @dataclass(frozen=True)
@@ -54,17 +56,28 @@ def train_in_session(
     try:
         with ThreadPoolExecutor(1) as starter:
             # The ranks import their libraries and load the model (seconds) while this process reads the prompts.
-            starting = starter.submit(start_actor_groups, cfg, start.model_path, start.critic_path)
+            starting = starter.submit(start_worker_groups, cfg, start.model_path, start.critic_path)
             try:
                 keep, dropped = filtered_prompts(cfg, stage_dir, console)
                 data = load_stage_data(cfg, start.model_path, keep, console)
             except BaseException:
                 with suppress(Exception):  # the data's error is the one to report
-                    starting.result()[0].shutdown()
+                    for group in starting.result():
+                        if group is not None:
+                            group.shutdown()
                 raise
-            actor, critic = starting.result()
+            actor, critic, replicas = starting.result()
+        rollouts: Colocated | Pipelined = Colocated(actor, StepSampler(cfg, data.loader, rewards))
         try:
-            trainer = build_trainer(cfg, stage_dir, data, actor, critic, rewards, console)
+            if replicas is not None:
+                rollouts = Pipelined(
+                    actor,
+                    rollouts.sampler,
+                    replicas,
+                    lambda: start_rollout_replicas(cfg, start.model_path),
+                    cfg.trainer.max_restarts,
+                )
+            trainer = build_trainer(cfg, stage_dir, data, actor, critic, rollouts, console)
             # the ranks' peak FLOP/s, measured (CPU) or looked up (GPU) once per stage, for the update's MFU
             trainer.throughput = Throughput.of_stage(cfg, start.model_path, actor.device_peak())
             trainer.stop = stop
@@ -88,19 +101,21 @@ def train_in_session(
             if critic is not None:
                 critic.export_model(str(stage_dir / FINAL_CRITIC_DIR))
         finally:
+            rollouts.shutdown()
             actor.shutdown()  # colocated roles (the critic) go with it
     finally:
         rewards.close()  # cluster placement: its scorer actors
     return trainer, dropped
 
 
-def start_actor_groups(
+def start_worker_groups(
     cfg: RunConfig, model_path: str, critic_path: str | None
-) -> tuple[WorkerGroup, WorkerGroup | None]:
+) -> tuple[WorkerGroup, WorkerGroup | None, WorkerGroup | None]:
     """The actor/rollout(/ref) group on nnodes x devices_per_node ranks with the critic (GAE) colocated in the same
-    processes, models loaded; shut down if loading fails."""
-    threads = cfg.trainer.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.world_size)
+    processes, and under rollout.placement separate the rollout replicas on their own devices; models loaded, and
+    everything shut down if loading fails."""
     pool = ResourcePool(cfg.trainer.nnodes, cfg.trainer.devices_per_node, use_gpu=uses_gpu(cfg))
+    threads = worker_threads(cfg)
     env = {"OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"}
     roles = {
         "actor_rollout": (
@@ -116,10 +131,39 @@ def start_actor_groups(
         actor.init_model()
         if critic is not None:
             critic.init_model()
+        replicas = start_rollout_replicas(cfg, model_path) if cfg.rollout.placement == "separate" else None
     except BaseException:
         actor.shutdown()  # colocated roles share the actors: this ends the critic too
         raise
-    return actor, critic
+    return actor, critic, replicas
+
+
+def start_rollout_replicas(cfg: RunConfig, model_path: str) -> WorkerGroup:
+    """rollout.replicas engines of rollout.tensor_parallel_size devices each (one CPU core each on the CPU), on the
+    stage's start weights."""
+    r = cfg.rollout
+    tp = r.tensor_parallel_size if r.engine == "vllm" else 1
+    threads = worker_threads(cfg)
+    replicas = WorkerGroup(
+        ResourcePool(1, r.replicas * tp, use_gpu=uses_gpu(cfg)),
+        RolloutWorker,
+        init_kwargs={"config": cfg, "model_path": model_path, "threads": threads},
+        name="rollout",
+        env={"OMP_NUM_THREADS": str(threads), "TOKENIZERS_PARALLELISM": "false"},
+    )
+    try:
+        replicas.init_model()
+    except BaseException:
+        replicas.shutdown()
+        raise
+    return replicas
+
+
+def worker_threads(cfg: RunConfig) -> int:
+    """torch threads per worker process: trainer.threads_per_worker, else the machine's cores over every process."""
+    r = cfg.rollout
+    processes = cfg.world_size + (r.replicas * r.tensor_parallel_size if r.placement == "separate" else 0)
+    return cfg.trainer.threads_per_worker or max(1, (os.cpu_count() or 1) // processes)
 
 
 @dataclass
@@ -153,7 +197,7 @@ def build_trainer(
     data: StageData,
     actor: WorkerGroup,
     critic: WorkerGroup | None,
-    rewards: RewardManager,
+    rollouts: Colocated | Pipelined,
     console: Console,
 ) -> Trainer:
     """The stage's trainer over `data` with the started worker groups; its checkpoints hold the worker groups and
@@ -161,19 +205,22 @@ def build_trainer(
     entropy = AdaptiveEntropyController.from_config(cfg.algorithm.entropy)
     prompt_stats = PromptStats()
     skipped = SkippedSteps(cfg.trainer.max_skipped_steps)
+    position = ConsumedLoader(data.loader)
     parts = {
-        "loader": data.loader,
+        "loader": position,
         "entropy": entropy,
         "prompt_stats": prompt_stats,
         "rng": ProcessRNG(),
         "skipped": skipped,
     }
     workers = [actor] if critic is None else [actor, critic]
+    if isinstance(rollouts, Pipelined):
+        workers.append(rollouts)  # the older weight versions the steps after a resume sample with
     return Trainer(
         cfg=cfg,
         actor=actor,
         critic=critic,
-        rewards=rewards,
+        rewards=rollouts.sampler.rewards,
         loader=data.loader,
         entropy=entropy,
         checkpoints=CheckpointManager(stage_dir, cfg.trainer.keep_checkpoints, workers, parts),
@@ -186,6 +233,8 @@ def build_trainer(
             wandb_run_name=cfg.trainer.wandb_run_name or f"{cfg.recipe}-stage{cfg.stage.index}",
         ),
         skipped=skipped,
+        rollouts=rollouts,
+        position=position,
         prompt_stats=prompt_stats,
         validation=data.validation,
     )

@@ -21,6 +21,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import (
     DATA_SOURCE,
+    POLICY_VERSION,
     PROMPT_KEY,
     RESPONSE_TEXT,
     REWARD_MODEL,
@@ -182,8 +183,16 @@ def progress_line(step: int, total: int, m: dict[str, Any]) -> str:
         f"ent {get('actor/entropy'):.2f} coef {get('entropy/coef'):.4f} loss {get('actor/pg_loss'):+.3f} "
         f"clip {get('actor/clip_frac'):.2f} gn {get('actor/grad_norm'):.2f} lr {get('actor/lr'):.1e} "
         f"{get('time/step'):.1f}s (gen {get('time/generate'):.1f}s) {get('perf/tokens_per_s'):.0f} tok/s"
-        f"{rates_text(m)}"
+        f"{rates_text(m)}{async_text(m)}"
     ) + (f" | validation: {val}" if val else "")
+
+
+def async_text(m: dict[str, Any]) -> str:
+    """` stale 1 idle 0.2s`: under the separate placement, the trained batch's largest staleness and the seconds the
+    trainer waited for it."""
+    if "async/staleness_max" not in m:
+        return ""
+    return f" stale {m['async/staleness_max']:.0f} idle {m.get('time/trainer_idle', 0.0):.1f}s"
 
 
 def rates_text(m: dict[str, Any]) -> str:
@@ -198,7 +207,8 @@ def rates_text(m: dict[str, Any]) -> str:
 
 
 def write_step_samples(stage_dir: Path, step: int, batch: Batch, count: int) -> Path | None:
-    """The first `count` sampled responses of a step (with ground truth, score, reason, scoring seconds and node), then
+    """The first `count` sampled responses of a step (with ground truth, score, reason, scoring seconds and node, the
+    policy version that sampled it), then
     the step's slowest-scored rows not among them (marked `slowest`), as samples/step_<N>.jsonl."""
     if count <= 0 or len(batch) == 0:
         return None
@@ -222,6 +232,8 @@ def write_step_samples(stage_dir: Path, step: int, batch: Batch, count: int) -> 
             row.update(score_seconds=float(nt[SCORE_SECONDS][i]), slowest=i in slowest)
         if SCORE_NODE in nt:
             row["score_node"] = str(nt[SCORE_NODE][i])
+        if POLICY_VERSION in batch.tensors:
+            row["policy_version"] = int(batch.tensors[POLICY_VERSION][i])
         rows.append(row)
     folder = stage_dir / SAMPLES_DIR
     folder.mkdir(parents=True, exist_ok=True)

@@ -5,24 +5,21 @@ in memory: before a generation that follows an update, the rollout engine (`roll
 receives the actor's weights, and on a GPU the two take turns with the device's memory (`weight_handoff`). The
 controller calls the @register methods through a WorkerGroup; DP_COMPUTE methods see only this rank's share.
 
-`stream_sequences` / `generate_sequences` sample what the controller's SamplingRequest asks (`hybrid.sampling`); the
-columns they return are `rollout_rows`'.
+`stream_sequences` / `generate_sequences` (`rollout_worker.RolloutRole`) sample what the controller's SamplingRequest
+asks (`hybrid.sampling`); the columns they return are `rollout_rows`' and `policy_version`.
 """
 
 from __future__ import annotations
 
-import os
-from collections.abc import Iterator
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
+import ray
 import torch
-import torch.distributed as dist
 
 from or1.algos.losses import LossConfig
 from or1.config.schema import RunConfig
-from or1.engines.loading import load_rollout_engine
-from or1.engines.rollout import EngineSettings, RolloutEngine, SamplingParams
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import (
     ADVANTAGES,
@@ -30,7 +27,6 @@ from or1.hybrid.columns import (
     IS_WEIGHTS,
     LOG_PROBS,
     OLD_LOG_PROBS,
-    PROMPT_IDS,
     REF_LOG_PROBS,
     SEQUENCE_COLUMNS,
 )
@@ -41,12 +37,14 @@ from or1.layout import CHECKPOINT_MODEL_DIR, rank_rng_file
 from or1.plan.peak import DevicePeak, device_peak
 from or1.rng import ProcessRNG
 from or1.tokens import load_tokenizer
-from or1.workers.rollout_rows import FinishedRows
-from or1.workers.weight_handoff import WeightHandoff, tolerance
+from or1.workers.rollout_worker import RolloutRole
+from or1.workers.weight_handoff import WeightHandoff, actor_probe, tolerance
 
 
-class ActorRolloutRefWorker(Worker):
-    """Actor + rollout (+ reference) of one rank; `init_model` must run before anything else."""
+class ActorRolloutRefWorker(RolloutRole, Worker):
+    """Actor + rollout (+ reference) of one rank; `init_model` must run before anything else. Under
+    rollout.placement separate the rank has no rollout engine: the replicas (`RolloutWorker`) sample, and
+    `publish_weights` hands them the actor's weights."""
 
     def __init__(self, config: RunConfig, model_path: str, threads: int | None = None):
         if threads:
@@ -68,110 +66,47 @@ class ActorRolloutRefWorker(Worker):
         settings = TrainSettings.from_config(self.cfg, device=str(self.device))
         self.tokenizer = load_tokenizer(self.model_path)
         self.actor = FSDPTrainEngine(self.model_path, settings)
-        self.rollout_dtype = self.cfg.rollout.dtype or settings.compute_dtype
-        self.rollout = self._build_rollout(self.rollout_dtype)
         r = self.cfg.rollout
-        self.handoff = WeightHandoff(
-            self.actor,
-            self.rollout,
-            self.tokenizer,
-            check=r.weight_sync_check,
-            tolerance=tolerance(r.weight_sync_tolerance, self.rollout_dtype, settings.compute_dtype),
-        )
+        rollout_dtype = r.dtype or settings.compute_dtype
+        self.probe_tolerance = tolerance(r.weight_sync_tolerance, rollout_dtype, settings.compute_dtype)
+        if r.placement == "colocated":
+            self.rollout = self._build_rollout(self.model_path, rollout_dtype)
+            self.handoff = WeightHandoff(
+                self.actor,
+                self.rollout,
+                self.tokenizer,
+                check=r.weight_sync_check,
+                tolerance=self.probe_tolerance,
+            )
         self.weights_version = 0  # the actor's: one more at every change (the rollout starts on version 0)
         self.step = 0  # the training step of the latest generation (validation samples after it)
         kl = self.cfg.algorithm.kl
         self.ref = FSDPTrainEngine(self.model_path, settings, trainable=False) if kl.enabled else None
         if self.ref is not None:
             self.ref.offload()  # needed only for its own pass (actor.offload)
-        self.rollout.sleep()  # the actor holds the GPU outside handoff.rollout_phase
+        if r.placement == "colocated":
+            self.rollout.sleep()  # the actor holds the GPU outside handoff.rollout_phase
         return {"rank": self.rank, "parameters": sum(p.numel() for p in self.actor.model.parameters())}
 
-    def _build_rollout(self, dtype: str) -> RolloutEngine:
-        r = self.cfg.rollout
-        tp = r.tensor_parallel_size if r.engine == "vllm" else 1
-        if self.world_size % tp:
-            raise ValueError(f"rollout.tensor_parallel_size {tp} does not divide the {self.world_size} ranks")
-        # Ranks [g*tp, (g+1)*tp) form tensor-parallel group g: they sample the same prompts together.
-        self.tp_size, self.tp_rank, self.tp_index = tp, self.rank % tp, self.rank // tp
-        groups = (
-            [dist.new_group(list(range(g, g + tp))) for g in range(0, self.world_size, tp)] if tp > 1 else []
-        )
-        self.tp_group = groups[self.tp_index] if groups else None
-        if r.engine == "vllm" and self.device.type == "cuda":
-            # vLLM's external launcher takes cuda:<LOCAL_RANK>; Ray shows each rank only its own GPU (cuda:0)
-            os.environ["LOCAL_RANK"] = str(self.device.index)
-        settings = EngineSettings(
-            dtype=dtype,
-            seed=self.cfg.trainer.seed,
-            micro_batch_size=r.micro_batch_size,
-            max_model_len=self.cfg.data.max_prompt_length + self._longest_response(),
-            tensor_parallel_size=tp,
-            gpu_memory_utilization=r.gpu_memory_utilization,
-            cpu_kv_cache_gib=r.cpu_kv_cache_gib,
-            distributed=True,  # every rank builds its vLLM engine in this same call (ONE_TO_ALL)
-        )
-        return load_rollout_engine(
-            r.engine, self.model_path, settings, tokenizer=self.tokenizer, device=self.device
-        )
-
-    def _longest_response(self) -> int:
-        """The largest budget this worker samples with: training's, or validation's when larger."""
-        validation = getattr(self.cfg.data.validation, "max_response_length", None) or 0
-        return max(self.cfg.rollout.max_response_length, validation)
-
-    # ---- rollout ---------------------------------------------------------------------------------------------------
-    @register(Dispatch.DP_COMPUTE)
-    def generate_sequences(self, prompts: Batch, request: SamplingRequest) -> Batch:
-        """Sample request.n responses per prompt with the current actor weights (columns: `rollout_rows`)."""
-        *_, batch = self.stream_sequences(prompts, request)
-        return batch
-
-    @register(Dispatch.DP_COMPUTE)
-    def stream_sequences(
-        self, prompts: Batch, request: SamplingRequest
-    ) -> Iterator[list[dict[str, Any]] | Batch]:
-        """`generate_sequences` that first yields the reward inputs of its rows as soon as they are final, in a few
-        groups per call (`rollout_rows.FinishedRows`), so the controller scores them while the other rows still
-        decode; the last item is the Batch."""
+    def _sampling_phase(self, request: SamplingRequest) -> AbstractContextManager[Any]:
+        """The engine holds the device, on the actor's current weights (pushed when they changed); the policy
+        version is the step sampled for minus one: its weights are the ones after the step before."""
         if request.step is not None:
-            self.step = request.step
+            self.step, self.policy_version = request.step, request.step - 1
         where = f"step {self.step}" if request.step is not None else f"validation after step {self.step}"
-        sampling = self._sampling_params(request)
-        prompt_ids = [list(p) for p in prompts[PROMPT_IDS]]
-        group_prompts, mine = self._tensor_parallel_share(prompt_ids)
-        rows = FinishedRows(prompts, mine, request.n, self.rank, self.tokenizer)
-        with self.handoff.rollout_phase(self.weights_version, where):
-            for part in self.rollout.stream_ids(group_prompts, sampling):
-                if ready := rows.add(part):
-                    yield ready
-        if rest := rows.rest():
-            yield rest
-        pad_id = self.rollout.pad_token_id
-        yield rows.batch(prompt_ids, self.cfg.data.max_prompt_length, request.max_response_length, pad_id)
+        return self.handoff.rollout_phase(self.weights_version, where)
 
-    def _sampling_params(self, request: SamplingRequest) -> SamplingParams:
-        """The engine's sampling for `request` on this rank's tensor-parallel group (its seed is the group's)."""
-        return SamplingParams(
-            n=request.n,
-            temperature=request.temperature,
-            top_p=request.top_p,
-            max_response_length=request.max_response_length,
-            stop_token_ids=[],
-            seed=request.engine_seed(self.tp_index),
-        )
-
-    def _tensor_parallel_share(self, prompt_ids: list[list[int]]) -> tuple[list[list[int]], slice]:
-        """All prompts of this rank's tensor-parallel group (its engines serve them together) and this rank's slice.
-
-        With tensor_parallel_size 1 that is just this rank's own prompts.
-        """
-        if self.tp_group is None:
-            return prompt_ids, slice(0, len(prompt_ids))
-        shares: list[Any] = [None] * self.tp_size
-        dist.all_gather_object(shares, prompt_ids, group=self.tp_group)
-        start = sum(len(share) for share in shares[: self.tp_rank])
-        return [p for share in shares for p in share], slice(start, start + len(prompt_ids))
+    @register(Dispatch.ONE_TO_ALL)
+    def publish_weights(self) -> tuple[ray.ObjectRef, tuple[list[int], list[float], float] | None] | None:
+        """The actor's full weights for the rollout replicas of the separate placement (collective: every rank
+        gathers; rank 0 puts them in Ray's object store and returns the reference, other ranks None), with the push
+        probe's ids, the actor's log-probs of them and their tolerance when rollout.weight_sync_check."""
+        weights = {name: tensor.cpu() for name, tensor in self.actor.named_full_params()}
+        probe = None
+        if self.cfg.rollout.weight_sync_check:
+            ids, log_probs = actor_probe(self.actor, self.tokenizer, self.tokenizer.pad_token_id or 0)
+            probe = (ids, log_probs, self.probe_tolerance)
+        return (ray.put(weights), probe) if self.rank == 0 else None
 
     # ---- log-probs -------------------------------------------------------------------------------------------------
     @register(Dispatch.DP_COMPUTE)

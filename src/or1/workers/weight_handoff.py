@@ -67,7 +67,7 @@ class WeightHandoff:
         if self.rollout_version != weights_version:  # collective: every rank streams every tensor
             self.push_weights()
             self.rollout_version = weights_version
-            probe = self.actor_probe() if self.check else None
+            probe = actor_probe(self.actor, self.tokenizer, self.rollout.pad_token_id) if self.check else None
         self.actor.offload()
         self.rollout.wake_up(tags=["kv_cache"])
         try:
@@ -83,12 +83,15 @@ class WeightHandoff:
         """Stream the actor's weights into the rollout engine (collective)."""
         self.rollout.load_weights(self.actor.named_full_params())
 
-    def actor_probe(self) -> tuple[list[int], list[float]]:
-        """The probe's token ids and the actor's log-probs of all but the first, at temperature 1 (collective)."""
-        ids = self.tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
-        tensors = pack_sequences([ids[:1]], [ids[1:]], 1, len(ids) - 1, self.rollout.pad_token_id)
-        out = self.actor.log_probs(Batch(tensors).only(SEQUENCE_COLUMNS), temperature=1.0)
-        return ids, out.tensors[LOG_PROBS][0].tolist()
+
+def actor_probe(
+    actor: FSDPTrainEngine, tokenizer: PreTrainedTokenizerBase, pad_id: int
+) -> tuple[list[int], list[float]]:
+    """The probe's token ids and the actor's log-probs of all but the first, at temperature 1 (collective)."""
+    ids = tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
+    tensors = pack_sequences([ids[:1]], [ids[1:]], 1, len(ids) - 1, pad_id)
+    out = actor.log_probs(Batch(tensors).only(SEQUENCE_COLUMNS), temperature=1.0)
+    return ids, out.tensors[LOG_PROBS][0].tolist()
 
 
 def tolerance(configured: float | None, engine_dtype: str, actor_dtype: str) -> float:
