@@ -198,6 +198,29 @@ def test_tiny_gpu_is_the_tiny_recipe_on_one_gpu_with_vllm():
         assert changed == TINY_GPU_CHANGES
 
 
+OR1_7B_ASYNC_CHANGES = {
+    "recipe": ("or1-7b", "or1-7b-async"),
+    "trainer.devices_per_node": (8, 4),
+    "actor.offload": (True, False),
+    "rollout.placement": ("colocated", "separate"),
+    "rollout.replicas": (1, 4),
+    "rollout.max_staleness": (0, 1),
+    "rollout.gpu_memory_utilization": (0.6, 0.85),
+}
+
+
+def test_or1_7b_async_is_or1_7b_on_a_separate_placement():
+    """Only the placement and the staleness differ: the same model, data, algorithm (its TIS included) and stages."""
+    assert stage_names(load_recipe("or1-7b-async")[1]) == stage_names(load_recipe("or1-7b")[1])
+    for stage in (1, 2):
+        sync, async_ = (
+            _leaves(resolve("or1-7b", stage).model_dump()),
+            _leaves(resolve("or1-7b-async", stage).model_dump()),
+        )
+        assert sync.keys() == async_.keys()
+        assert {k: (sync[k], async_[k]) for k in sync if sync[k] != async_[k]} == OR1_7B_ASYNC_CHANGES
+
+
 GPU_RECIPES = sorted(
     p.stem for p in RECIPES_DIR.glob("*.yaml") if resolve(p.stem, 1).trainer.device == "cuda"
 )
@@ -208,6 +231,7 @@ def test_every_gpu_recipe_is_known():
         "or1-32b",
         "or1-32b-preview",
         "or1-7b",
+        "or1-7b-async",
         "or1-7b-preview",
         "or1-math-7b",
         "tiny-gpu",
@@ -224,13 +248,14 @@ def test_gpu_recipes_build_their_fsdp_policies(recipe):
     for stage in range(1, len(stage_names(load_recipe(recipe)[1])) + 1):
         config = resolve(recipe, stage)
         settings = TrainSettings.from_config(config, device="cuda:0")
-        # float32 master weights, bfloat16 compute, float32 gradient reduction; offload between phases
+        # float32 master weights, bfloat16 compute, float32 gradient reduction; offload between phases where the
+        # actor shares its GPUs with the rollout engine
         assert (settings.dtype, settings.mixed_precision, settings.compute_dtype) == (
             "float32",
             "bfloat16",
             "bfloat16",
         )
-        assert settings.offload
+        assert settings.offload == (config.rollout.placement == "colocated")
         assert settings.fsdp_cpu_offload == config.actor.fsdp_cpu_offload == recipe.startswith("or1-32b")
         assert settings.gradient_checkpointing == config.model.gradient_checkpointing
         policies = fsdp_policies(settings)

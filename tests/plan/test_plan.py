@@ -39,6 +39,7 @@ DECLARED = {
     "or1-math-7b": ("qwen2-7b", 80),
     "or1-7b": ("qwen2-7b", 80),
     "or1-7b-preview": ("qwen2-7b", 80),
+    "or1-7b-async": ("qwen2-7b", 80),
     "or1-32b": ("qwen2-32b", 80),
     "or1-32b-preview": ("qwen2-32b", 80),
     "tiny-gpu": ("or1-tiny", 139),
@@ -67,9 +68,29 @@ def test_every_stage_of_a_shipped_gpu_recipe_fits_its_gpus(recipe):
     shape = read_model_shape(CONFIGS / f"{config}.json")
     for stage in range(1, len(stage_names(load_recipe(recipe)[1])) + 1):
         cfg = resolve(recipe, stage)
-        plan = plan_stage(cfg, shape, Device(cfg.trainer.devices_per_node, gib * GIB))
+        r = cfg.rollout  # a separate placement's node also holds its rollout replicas' GPUs
+        replicas = r.replicas * r.tensor_parallel_size if r.placement == "separate" else 0
+        plan = plan_stage(cfg, shape, Device(cfg.trainer.devices_per_node + replicas, gib * GIB))
         assert plan.fits, format_stage(plan, None)
         assert plan.peak.peak <= MARGIN * gib * GIB, format_stage(plan, None)
+
+
+def test_a_separate_placement_plans_the_trainer_and_the_replicas_apart():
+    """or1-7b-async on 8 x 80 GB: 4 training GPUs hold a quarter of the FSDP2 state each and no vLLM; a replica's
+    GPU holds vLLM alone (its 0.85 share); a placement asking for more GPUs than the node has is a problem."""
+    shape = read_model_shape(CONFIGS / "qwen2-7b.json")
+    cfg = resolve("or1-7b-async", 2)
+    plan = plan_stage(cfg, shape, H100)
+    phases = {p.name: p for p in plan.phases}
+    assert set(phases) == {"rollout replica", "log-probs", "update"}
+    sync = {p.name: p for p in plan_stage(resolve("or1-7b", 2), shape, H100).phases}
+    assert phases["update"].parts["params"] == 2 * sync["update"].parts["params"]  # 4 shards instead of 8
+    replica = phases["rollout replica"].parts
+    assert not any(k in replica for k in ("params", "adam", "actor"))
+    assert sum(replica.values()) - replica["reserved"] == int(0.85 * 80 * GIB)
+    assert plan.fits and not plan.problems
+    crowded = plan_stage(resolve("or1-7b-async", 2, ["rollout.replicas=6"]), shape, H100)
+    assert not crowded.fits and "needs 10 GPUs" in crowded.problems[0]
 
 
 def test_tiny_config_is_the_tiny_model():

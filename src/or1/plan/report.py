@@ -48,8 +48,11 @@ def plan_recipe(
 
 def plan_one(cfg, shape: ModelShape, device: Device, nodes: int | None = None):  # noqa: ANN001, ANN201
     """(plan, advice or None) of one resolved stage on `nodes` x `device` (nodes None: the recipe's)."""
-    placed = with_overrides(
-        cfg, {"trainer.devices_per_node": device.count, "trainer.nnodes": nodes or cfg.trainer.nnodes}
-    )
+    placement = {"trainer.nnodes": nodes or cfg.trainer.nnodes}
+    if (
+        cfg.rollout.placement == "colocated"
+    ):  # every GPU trains; separate: the recipe splits them with the replicas
+        placement["trainer.devices_per_node"] = device.count
+    placed = with_overrides(cfg, placement)
     plan: StagePlan = plan_stage(placed, shape, device)
     return plan, None if plan.fits else smallest_fix(placed, shape, device)

@@ -119,8 +119,10 @@ def kv_saved_heads(section: OptimConfig, shape: ModelShape) -> int:
 
 
 def plan_stage(cfg: RunConfig, shape: ModelShape, device: Device) -> StagePlan:
-    """Every phase of `cfg`'s stage on `device` GPUs (nodes from cfg.trainer.nnodes)."""
-    world = cfg.trainer.nnodes * device.count
+    """Every phase of `cfg`'s stage on `device` GPUs (nodes from cfg.trainer.nnodes); under rollout.placement
+    separate the training ranks are trainer.devices_per_node a node and the replicas' GPUs are planned apart."""
+    separate = cfg.rollout.placement == "separate"
+    world = cfg.trainer.nnodes * (cfg.trainer.devices_per_node if separate else device.count)
     c = BYTES[cfg.model.dtype]
     shards = ShardState.of(shape, world)
     a, r = cfg.actor, cfg.rollout
@@ -164,7 +166,9 @@ def plan_stage(cfg: RunConfig, shape: ModelShape, device: Device) -> StagePlan:
     phases = [log_probs, update]
     notes: list[str] = []
     problems: list[str] = []
-    if r.engine == "vllm":
+    if r.engine == "vllm" and separate:
+        phases[:0], notes, problems = _replica_phases(cfg, shape, device, c)
+    elif r.engine == "vllm":
         phases[:0], notes, problems = _rollout_phases(cfg, shape, device, shards, c)
     if cfg.uses_critic:  # the critic's shards stay on the GPU beside the actor's phases
         critic = _critic_phase(cfg, shape, world, c, resident)
@@ -176,7 +180,54 @@ def plan_stage(cfg: RunConfig, shape: ModelShape, device: Device) -> StagePlan:
         f"SP {a.sequence_parallel_size}, offload {'fsdp-cpu' if a.fsdp_cpu_offload else 'on' if a.offload else 'off'}, "
         f"TP {r.tensor_parallel_size if r.engine == 'vllm' else '-'}"
     )
+    if separate:
+        settings += (
+            f"; separate placement: {world} training GPUs, {r.replicas} rollout replica(s) on their own"
+        )
     return StagePlan(cfg.stage.name, device, phases, settings, notes, problems)
+
+
+@dataclass(frozen=True)
+class Engine:
+    """One vLLM engine's per-GPU bytes under rollout.gpu_memory_utilization: weights, workspace, the KV cache."""
+
+    weights: int
+    workspace: int
+    kv: int
+    per_token: int  # KV bytes of one token
+
+    @classmethod
+    def of(cls, cfg: RunConfig, shape: ModelShape, device: Device, c: int) -> Engine:
+        tp = cfg.rollout.tensor_parallel_size
+        large = device.memory >= 70 * GIB
+        weights = memory.rollout_weight_bytes(shape, tp, c)
+        workspace = memory.rollout_workspace_bytes(shape, tp, c, BATCHED_TOKENS[large], MAX_SEQUENCES[large])
+        share = int(cfg.rollout.gpu_memory_utilization * device.memory)
+        return cls(
+            weights, workspace, max(0, share - weights - workspace), memory.kv_bytes_per_token(shape, tp, c)
+        )
+
+    def check(self, cfg: RunConfig, engines: int) -> tuple[list[str], list[str]]:
+        """How many of an engine's sequences (the step's split over `engines`) its cache holds at full length, and
+        a problem when not even one (vLLM refuses to start)."""
+        r = cfg.rollout
+        longest = cfg.data.max_prompt_length + max(
+            r.max_response_length, cfg.data.validation.max_response_length or 0
+        )
+        held = self.kv // self.per_token
+        sequences = math.ceil(cfg.trainer.batch_size * r.n / engines)
+        notes = [
+            f"KV cache {self.kv / GIB:.1f} GiB = {held:,} tokens ({self.per_token / 1024:.0f} KiB each): "
+            f"{held // longest} of an engine's {sequences} sequences at full length ({longest:,} tokens) at once"
+        ]
+        problems = []
+        if held < longest:
+            problems.append(
+                f"vLLM's KV cache ({self.kv / GIB:.1f} GiB of rollout.gpu_memory_utilization "
+                f"{r.gpu_memory_utilization:g}) cannot hold one {longest:,}-token sequence "
+                f"({longest * self.per_token / GIB:.1f} GiB)"
+            )
+        return notes, problems
 
 
 def _rollout_phases(
@@ -186,47 +237,55 @@ def _rollout_phases(
     the actor still on the GPU, one unit gathered and copied) and the generation (vLLM's share of the GPU, plus
     whatever of the actor stays there). Returns the phases, notes and problems."""
     r, a = cfg.rollout, cfg.actor
-    tp = r.tensor_parallel_size
-    large = device.memory >= 70 * GIB
-    weights = memory.rollout_weight_bytes(shape, tp, c)
-    workspace = memory.rollout_workspace_bytes(shape, tp, c, BATCHED_TOKENS[large], MAX_SEQUENCES[large])
-    engine = int(r.gpu_memory_utilization * device.memory)
-    kv = max(0, engine - weights - workspace)
+    engine = Engine.of(cfg, shape, device, c)
     host = a.fsdp_cpu_offload
     resident = 0 if host else shards.parameters + shards.optimizer
     unit = max(shape.root_parameters, shape.layer_parameters) * c
+    share = int(r.gpu_memory_utilization * device.memory)
     start = Phase(
-        "vllm start", {"actor": 0 if host else shards.parameters, "vllm": engine, "reserved": RESERVED}
+        "vllm start", {"actor": 0 if host else shards.parameters, "vllm": share, "reserved": RESERVED}
     )
-    push = Phase("weight push", {"actor": resident, "vllm weights": weights, "gathered": 2 * unit})
+    push = Phase("weight push", {"actor": resident, "vllm weights": engine.weights, "gathered": 2 * unit})
     push.parts["reserved"] = RESERVED
     generate = Phase(
         "rollout",
         {
             "actor": 0 if a.offload else resident,
-            "vllm weights": weights,
-            "vllm workspace": workspace,
-            "kv cache": kv,
+            "vllm weights": engine.weights,
+            "vllm workspace": engine.workspace,
+            "kv cache": engine.kv,
             "reserved": RESERVED,
         },
     )
-    per_token = memory.kv_bytes_per_token(shape, tp, c)
-    longest = cfg.data.max_prompt_length + max(
-        r.max_response_length, cfg.data.validation.max_response_length or 0
-    )
-    held = kv // per_token
-    sequences = math.ceil(cfg.trainer.batch_size * r.n / (cfg.trainer.nnodes * device.count // tp))
-    notes = [
-        f"KV cache {kv / GIB:.1f} GiB = {held:,} tokens ({per_token / 1024:.0f} KiB each): {held // longest} of "
-        f"an engine's {sequences} sequences at full length ({longest:,} tokens) at once"
-    ]
-    problems = []
-    if held < longest:  # vLLM refuses to start when one max_model_len sequence does not fit its cache
-        problems.append(
-            f"vLLM's KV cache ({kv / GIB:.1f} GiB of rollout.gpu_memory_utilization {r.gpu_memory_utilization:g}) "
-            f"cannot hold one {longest:,}-token sequence ({longest * per_token / GIB:.1f} GiB)"
-        )
+    notes, problems = engine.check(cfg, cfg.trainer.nnodes * device.count // r.tensor_parallel_size)
     return [start, push, generate], notes, problems
+
+
+def _replica_phases(
+    cfg: RunConfig, shape: ModelShape, device: Device, c: int
+) -> tuple[list[Phase], list[str], list[str]]:
+    """A rollout replica of the separate placement on GPUs of its own: vLLM's share of the GPU (weights, workspace,
+    KV cache) and nothing of the actor; the placement must leave the replicas their GPUs."""
+    r = cfg.rollout
+    engine = Engine.of(cfg, shape, device, c)
+    replica = Phase(
+        "rollout replica",
+        {
+            "vllm weights": engine.weights,
+            "vllm workspace": engine.workspace,
+            "kv cache": engine.kv,
+            "reserved": RESERVED,
+        },
+    )
+    notes, problems = engine.check(cfg, r.replicas)
+    needed = cfg.trainer.nnodes * cfg.trainer.devices_per_node + r.replicas * r.tensor_parallel_size
+    if needed > cfg.trainer.nnodes * device.count:
+        problems.append(
+            f"the separate placement needs {needed} GPUs (trainer.devices_per_node {cfg.trainer.devices_per_node} "
+            f"x {cfg.trainer.nnodes} node(s) + rollout.replicas {r.replicas} x TP {r.tensor_parallel_size}), the "
+            f"cluster has {cfg.trainer.nnodes * device.count}"
+        )
+    return [replica], notes, problems
 
 
 def _critic_phase(cfg: RunConfig, shape: ModelShape, world: int, c: int, actor: int) -> Phase:
