@@ -28,8 +28,13 @@ runner = CliRunner()
 
 
 def test_device_spellings():
-    assert Device.parse("8xH100-80GB") == Device(8, 80 * GIB, "H100")
+    """A card the table knows is planned at the memory it gives to PyTorch, not the size on its box; a bare size is
+    taken as usable."""
+    assert Device.parse("8xH100-80GB") == Device(8, int(79.1 * GIB), "H100", nominal=80.0)
+    assert Device.parse("8xH100-80GB").label == "8xH100-80GB (79.1 GiB usable)"
+    assert Device.parse("8x80") == Device(8, 80 * GIB, "GPU")
     assert Device.parse("4x141").count == 4 and Device.parse("H200-141GB").count == 8
+    assert Device.parse("H200-141GB").memory == 139 * GIB
 
 
 # The GPUs each shipped GPU recipe is planned for (trainer.devices_per_node per node, trainer.nnodes nodes) and the
