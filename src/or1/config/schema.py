@@ -69,6 +69,12 @@ class DataConfig(Section):
     max_prompt_length: int = Field(
         2048, ge=1, description="Prompts longer than this (in tokens) are dropped."
     )
+    expected_prompt_length: int | None = Field(
+        None,
+        ge=1,
+        description="Mean prompt length (tokens) of the training data, for the memory plan only (see "
+        "rollout.expected_response_length); None: max_prompt_length.",
+    )
     shuffle: bool = True
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
 

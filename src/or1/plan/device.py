@@ -17,11 +17,12 @@ from or1.plan.memory import GIB
 DEVICE = re.compile(r"(?:(\d+)\s*[xX]\s*)?(?:([\w.]+?)-)?(\d+(?:\.\d+)?)\s*(?:GB|GiB|G)?", re.IGNORECASE)
 # (a part of the name, the size on the box in GB) -> GiB that total_memory reports on that card
 USABLE_GIB: dict[tuple[str, int], float] = {
-    # 80 GB HBM cards (H100 SXM / PCIe, H800, A100 80GB): total_memory reads about 79.1 GiB (issue 38's reading of
+    # 80 GB HBM cards (H100 SXM / PCIe, H800, A100 / A800 80GB): total_memory reads about 79.1 GiB (issue 38's reading of
     # the H100; NVIDIA's 80 GB parts expose the same 81,5xx MiB to nvidia-smi)
     ("H100", 80): 79.1,
     ("H800", 80): 79.1,
     ("A100", 80): 79.1,
+    ("A800", 80): 79.1,
     # H200 141 GB: about 139 GiB (the H200 this project's GPU checks run on)
     ("H200", 141): 139.0,
 }

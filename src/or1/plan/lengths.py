@@ -38,14 +38,13 @@ def previous_stage_length(run_dir: Path, stage_index: int) -> float | None:
 
 
 def with_expected_length(cfg: RunConfig, run_dir: Path | None) -> tuple[RunConfig, str]:
-    """`cfg` with rollout.expected_response_length filled in where it can be, and where the length comes from
-    ("" when nothing gives one)."""
-    given = cfg.rollout.expected_response_length
-    if given is not None:
-        return cfg, "rollout.expected_response_length"
+    """`cfg` with rollout.expected_response_length filled in from the previous stage where the recipe does not
+    give it, and where the expected lengths come from."""
+    if cfg.rollout.expected_response_length is not None:
+        return cfg, "the recipe"
     found = previous_stage_length(run_dir, cfg.stage.index) if run_dir is not None else None
     if found is None:
-        return cfg, ""
+        return cfg, "the recipe"
     out = cfg.model_copy(deep=True)
     out.rollout.expected_response_length = max(1, round(found))
     return out, f"stage {cfg.stage.index - 1}'s mean response length over its last {LAST_STEPS} steps"

@@ -6,8 +6,9 @@ A training rank holds the FSDP2 actor and a vLLM engine that take turns with the
 actor comes back for the old log-probs (and, with KL, the reference policy's) and the update. A stage fits when the
 largest of those phases fits; they are never added up.
 
-Each phase is planned twice: the worst case, every response at rollout.max_response_length, and the expected case,
-responses at their expected mean length (`rollout.expected_response_length`, or the previous stage's mean). A stage
+Each phase is planned twice: the worst case, every sequence at data.max_prompt_length + rollout.max_response_length,
+and the expected case, at the data's expected mean lengths (data.expected_prompt_length,
+rollout.expected_response_length or the previous stage's mean). A stage
 whose expected peak does not fit is refused; one whose worst case alone does not fit is warned about (a step whose
 responses all run to the budget can fail). Without an expected length both are the worst case.
 
@@ -101,14 +102,16 @@ class StagePlan:
         return self.fits and (share or not self.worst_fits)
 
 
-def micro_window(cfg: RunConfig, section: OptimConfig | None = None, response: int | None = None) -> Window:
+def micro_window(
+    cfg: RunConfig, section: OptimConfig | None = None, lengths: tuple[int, int] | None = None
+) -> Window:
     """The largest micro-batch one rank runs in an update, by the actor's (or `section`'s) settings, with every
-    response `response` tokens long (default the worst case, rollout.max_response_length) and every prompt at
-    data.max_prompt_length."""
+    sequence `lengths` (prompt, response) tokens long: default the worst case, data.max_prompt_length and
+    rollout.max_response_length."""
     a = section or cfg.actor
     sp = a.sequence_parallel_size
-    resp = min(response or cfg.rollout.max_response_length, cfg.rollout.max_response_length)
-    seq = cfg.data.max_prompt_length + resp
+    prompt, resp = lengths or (cfg.data.max_prompt_length, cfg.rollout.max_response_length)
+    seq = prompt + resp
     response_share = resp / seq
     budget = a.max_tokens_per_micro_batch
     if sp > 1:  # Ulysses: the group's micro-batch packed into one row, split over sp ranks
@@ -122,6 +125,15 @@ def micro_window(cfg: RunConfig, section: OptimConfig | None = None, response: i
     return Window(tokens=rows * seq, logits=rows * (resp + 1), scored=rows * resp, mask=rows * seq * seq)
 
 
+def expected_lengths(cfg: RunConfig) -> tuple[int, int] | None:
+    """(prompt, response) tokens the data is expected to produce, each at most its budget; None when neither
+    data.expected_prompt_length nor rollout.expected_response_length says less than the budget."""
+    top = (cfg.data.max_prompt_length, cfg.rollout.max_response_length)
+    given = (cfg.data.expected_prompt_length, cfg.rollout.expected_response_length)
+    lengths = tuple(min(g or t, t) for g, t in zip(given, top, strict=True))
+    return None if lengths == top else (lengths[0], lengths[1])
+
+
 def kv_saved_heads(section: OptimConfig, shape: ModelShape) -> int:
     """Key/value heads attention keeps: a packed row's flash varlen kernel takes the model's as they are; Ulysses
     repeats them up to one per rank; transformers' sdpa repeats them for every query head under a padded
@@ -132,19 +144,18 @@ def kv_saved_heads(section: OptimConfig, shape: ModelShape) -> int:
     return shape.kv_heads if section.remove_padding else shape.heads
 
 
-def plan_stage(
-    cfg: RunConfig, shape: ModelShape, device: Device, source: str = "rollout.expected_response_length"
-) -> StagePlan:
+def plan_stage(cfg: RunConfig, shape: ModelShape, device: Device, source: str = "the recipe") -> StagePlan:
     """Every phase of `cfg`'s stage on `device` GPUs (nodes from cfg.trainer.nnodes), at the worst case and, when
     rollout.expected_response_length is below the budget, at the expected length (`source`: where it came from)."""
     a, r = cfg.actor, cfg.rollout
     phases, notes, problems = _phases(cfg, shape, device, None)
-    expected = r.expected_response_length
-    lengths = f"every response at the budget, {r.max_response_length:,} tokens (no expected length given)"
-    if expected is not None and expected < r.max_response_length:
+    expected = expected_lengths(cfg)
+    top = f"{cfg.data.max_prompt_length:,} + {r.max_response_length:,}"
+    lengths = f"every sequence at the budget, {top} tokens (no expected length given)"
+    if expected is not None:
         for phase, at_expected in zip(phases, _phases(cfg, shape, device, expected)[0], strict=True):
             phase.expected = at_expected.peak
-        lengths = f"responses of {expected:,} tokens expected ({source}), {r.max_response_length:,} at worst"
+        lengths = f"sequences of {expected[0]:,} + {expected[1]:,} tokens expected ({source}), {top} at worst"
     world = cfg.trainer.nnodes * device.count
     host = host_need(cfg, shape, device.count, world)
     if device.host is not None and host.peak > device.host:
@@ -163,15 +174,16 @@ def plan_stage(
 
 
 def _phases(
-    cfg: RunConfig, shape: ModelShape, device: Device, response: int | None
+    cfg: RunConfig, shape: ModelShape, device: Device, lengths: tuple[int, int] | None
 ) -> tuple[list[Phase], list[str], list[str]]:
-    """The phases with every response `response` tokens long (None: the budget), with notes and problems."""
+    """The phases with every sequence `lengths` (prompt, response) tokens long (None: the budgets), with notes and
+    problems."""
     world = cfg.trainer.nnodes * device.count
     c = BYTES[cfg.model.dtype]
     shards = ShardState.of(shape, world)
     a, r = cfg.actor, cfg.rollout
     on_gpu = 0 if a.fsdp_cpu_offload else 1  # CPUOffloadPolicy: shards, gradients and moments on the host
-    window = micro_window(cfg, response=response)
+    window = micro_window(cfg, lengths=lengths)
     saved = memory.saved_activations(
         shape,
         window,
@@ -220,7 +232,7 @@ def _phases(
     if r.engine == "vllm":
         phases[:0], notes, problems = _rollout_phases(cfg, shape, device, shards, c, ref_stays)
     if cfg.uses_critic:  # the critic's shards stay on the GPU beside the actor's phases
-        critic = _critic_phase(cfg, shape, world, c, resident + ref_stays, response)
+        critic = _critic_phase(cfg, shape, world, c, resident + ref_stays, lengths)
         for phase in phases:
             phase.parts["critic"] = critic.parts["params"] + critic.parts["adam"]
         phases.append(critic)
@@ -295,12 +307,12 @@ def _rollout_phases(
 
 
 def _critic_phase(
-    cfg: RunConfig, shape: ModelShape, world: int, c: int, actor: int, response: int | None
+    cfg: RunConfig, shape: ModelShape, world: int, c: int, actor: int, lengths: tuple[int, int] | None
 ) -> Phase:
     """PPO's critic update: the same body with a one-output head, its own shards, trained like the actor, beside
     the actor's parameters and moments."""
     critic = ShardState.of(shape, world)
-    window = micro_window(cfg, cfg.critic, response)
+    window = micro_window(cfg, cfg.critic, lengths)
     scalar_head = Window(window.tokens, 0, 0, window.mask)  # no vocabulary-wide logits
     saved = memory.saved_activations(
         shape,
