@@ -20,7 +20,7 @@ from or1.plan.lengths import LAST_STEPS, previous_stage_length, with_expected_le
 from or1.plan.memory import GIB, ShardState
 from or1.plan.model import read_model_shape
 from or1.plan.stage import Device, plan_stage
-from or1.plan.table import format_stage, tight_line
+from or1.plan.table import format_stage, one_line, tight_line
 from or1.tinyworld.architecture import TinyModelSpec
 
 CONFIGS = (
@@ -373,3 +373,13 @@ def test_host_memory_is_checked_per_node():
     plan = plan_stage(cfg, shape, small)
     assert not plan.fits and any("host memory" in p for p in plan.problems)
     assert plan_stage(cfg, shape, dataclasses.replace(H100, host=2048 * GIB)).fits
+
+
+def test_a_node_without_the_host_memory_is_refused_in_one_line():
+    shape = read_model_shape(CONFIGS / "qwen2-32b.json")
+    plan = plan_stage(resolve("or1-32b", 2), shape, dataclasses.replace(H100, host=512 * GIB))
+    line = one_line(plan, None)
+    assert line.startswith(
+        "stage 2 will not fit: a node needs 976 GiB of host memory (loading the model) of its 512"
+    )
+    assert "GPU memory" not in line

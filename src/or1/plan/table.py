@@ -115,13 +115,19 @@ def tight_line(plan: StagePlan) -> str:
 def one_line(plan: StagePlan, advice: Advice | None) -> str:
     """Why a stage cannot start, with the numbers and the fix, in one sentence (or1 train's refusal)."""
     peak = plan.expected_peak
-    reason = (
-        f"its {peak.name} phase needs {gib(peak.expected_peak)} GiB per GPU of {gib(plan.device.memory)} GiB"
-    )
-    if plan.problems:
-        reason += f", and {plan.problems[0]}"
+    need, memory = gib(peak.expected_peak), gib(plan.device.memory)
+    if (
+        peak.expected_peak <= plan.device.memory
+    ):  # the GPU holds it: what stops it is a problem (vLLM, host memory)
+        what = "will not fit"
+        reason = f"{'; '.join(plan.problems)} (its {peak.name} phase needs {need} of {memory} GiB per GPU)"
+    else:
+        what = "will not fit in GPU memory"
+        reason = f"its {peak.name} phase needs {need} GiB per GPU of {memory} GiB"
+        if plan.problems:
+            reason += f", and {plan.problems[0]}"
     fix = f"pass --set {' --set '.join(advice.sets)}" if advice else "no setting tried makes it fit"
     return (
-        f"stage {plan.stage} will not fit in GPU memory: {reason} ({plan.settings}); {fix}, see `or1 plan`, "
+        f"stage {plan.stage} {what}: {reason} ({plan.settings}); {fix}, see `or1 plan`, "
         "or pass --no-plan-check to start anyway"
     )
