@@ -383,3 +383,17 @@ def test_a_node_without_the_host_memory_is_refused_in_one_line():
         "stage 2 will not fit: a node needs 976 GiB of host memory (loading the model) of its 512"
     )
     assert "GPU memory" not in line
+
+
+def test_plan_command_reads_a_run_and_checks_host_memory(tmp_path):
+    (tmp_path / "stage1").mkdir()
+    (tmp_path / "stage1" / "metrics.jsonl").write_text(json.dumps({"response/length_mean": 6000.0}) + "\n")
+    args = ["plan", "--recipe", "or1-7b", "--stage", "2", "--gpus", "8xH100-80GB"]
+    args += ["--model-config", str(CONFIGS / "qwen2-7b.json"), "--run-dir", str(tmp_path)]
+    result = runner.invoke(app, [*args, "--host-memory", "2048"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "sequences of 2,048 + 6,000 tokens expected (stage 1's mean response length" in text
+    assert "host memory per node: 227.0 of 2048.0 GiB" in text and "fits: peak" in text
+    result = runner.invoke(app, [*args, "--host-memory", "128"])
+    assert "DOES NOT FIT" in result.output and "of its 128 GiB" in result.output
