@@ -7,10 +7,10 @@ actor comes back for the old log-probs (and, with KL, the reference policy's) an
 largest of those phases fits; they are never added up.
 
 Each phase is planned twice: the worst case, every sequence at data.max_prompt_length + rollout.max_response_length,
-and the expected case, at the data's expected mean lengths (data.expected_prompt_length,
-rollout.expected_response_length or the previous stage's mean). A stage
-whose expected peak does not fit is refused; one whose worst case alone does not fit is warned about (a step whose
-responses all run to the budget can fail). Without an expected length both are the worst case.
+and the expected case, at the data's expected mean lengths (data.expected_prompt_length, and
+rollout.expected_response_length or the previous stage's mean: `plan.lengths`). A stage whose expected peak does not
+fit is refused; one whose worst case alone does not fit is warned about (a step whose responses all run to the
+budget can fail). Without an expected length both are the worst case.
 
 What no term computes is named by what it stands for, per GPU in every phase: the CUDA context and NCCL's buffers
 (`CUDA_CONTEXT`, `NCCL_BUFFERS`), and, while vLLM is awake, its CUDA graphs (`CUDA_GRAPHS`), which vLLM captures
@@ -30,8 +30,8 @@ from or1.plan.memory import GIB, ShardState, Window
 from or1.plan.model import BYTES, ModelShape
 
 # The CUDA context and the kernel images loaded into it (cuBLAS, flash-attention, NCCL, vLLM's): created by the
-# driver outside PyTorch's allocator, so no allocator statistic and no term here sees it; PyTorch's "CUDA semantics"
-# notes count it apart from memory_reserved. Half a GiB to a GiB on recent GPUs: the upper end.
+# driver outside PyTorch's allocator, so no allocator statistic and no term here sees it (PyTorch's "CUDA semantics"
+# notes count it apart from memory_reserved). Not measurable without a GPU: 1 GiB allowed.
 CUDA_CONTEXT = 1 * GIB
 # NCCL's communicator buffers (NCCL_BUFFSIZE, 4 MiB by default, per channel, peer and protocol, per communicator:
 # the FSDP2 world, vLLM's tensor-parallel group, Ulysses groups): allocated by NCCL itself, outside PyTorch's allocator.
@@ -55,7 +55,9 @@ class Phase:
 
     name: str
     parts: dict[str, int]
-    expected: int | None = None  # the peak at the expected response length (None: the worst case's)
+    expected: int | None = (
+        None  # the peak at the expected lengths (None: no expected lengths, the worst case's)
+    )
 
     @property
     def peak(self) -> int:
@@ -75,7 +77,7 @@ class StagePlan:
     notes: list[str] = field(default_factory=list)
     problems: list[str] = field(default_factory=list)  # what stops the stage whatever the peak
     host: HostNeed | None = None  # host memory of one node
-    lengths: str = ""  # where the expected response length comes from, for the table
+    lengths: str = ""  # the lengths planned and where the expected ones come from, for the table
 
     @property
     def peak(self) -> Phase:
@@ -146,7 +148,8 @@ def kv_saved_heads(section: OptimConfig, shape: ModelShape) -> int:
 
 def plan_stage(cfg: RunConfig, shape: ModelShape, device: Device, source: str = "the recipe") -> StagePlan:
     """Every phase of `cfg`'s stage on `device` GPUs (nodes from cfg.trainer.nnodes), at the worst case and, when
-    rollout.expected_response_length is below the budget, at the expected length (`source`: where it came from)."""
+    data.expected_prompt_length or rollout.expected_response_length is below its budget, at the expected lengths
+    (`source`: where they came from); with the node's host memory, a problem when `device.host` cannot hold it."""
     a, r = cfg.actor, cfg.rollout
     phases, notes, problems = _phases(cfg, shape, device, None)
     expected = expected_lengths(cfg)
