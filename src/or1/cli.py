@@ -253,12 +253,35 @@ def plan_command(
             help="The model's config.json (default: model.path's, from its folder or the HF cache)."
         ),
     ] = None,
+    run_dir: Annotated[
+        Path | None,
+        typer.Option(
+            help="A run folder whose stages' mean response lengths are the next stages' expected lengths "
+            "(when rollout.expected_response_length is not set)."
+        ),
+    ] = None,
+    host_memory: Annotated[
+        float | None,
+        typer.Option(help="A node's host memory in GiB: checked against what offload and loading put there."),
+    ] = None,
     overrides: SetOpt = None,
 ) -> None:
-    """Per-GPU memory of each phase of each stage, whether it fits, and the smallest change that makes it fit."""
+    """Per-GPU memory of each phase of each stage at the worst case and at the expected response lengths, a node's
+    host memory, whether it fits, and the smallest change that makes it fit."""
     from or1.plan.report import plan_recipe
 
-    typer.echo(plan_recipe(recipe, stage, overrides or [], gpus=gpus, nodes=nodes, model_config=model_config))
+    typer.echo(
+        plan_recipe(
+            recipe,
+            stage,
+            overrides or [],
+            gpus=gpus,
+            nodes=nodes,
+            model_config=model_config,
+            run_dir=run_dir,
+            host_memory_gib=host_memory,
+        )
+    )
 
 
 @app.command()

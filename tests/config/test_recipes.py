@@ -205,7 +205,7 @@ OR1_7B_ASYNC_CHANGES = {
     "rollout.placement": ("colocated", "separate"),
     "rollout.replicas": (1, 4),
     "rollout.max_staleness": (0, 1),
-    "rollout.gpu_memory_utilization": (0.6, 0.85),
+    "rollout.gpu_memory_utilization": (0.6, 0.8),
 }
 
 

@@ -1,6 +1,6 @@
-"""The plan's figures against measurements on the CPU: FSDP2 shard bytes on 2 gloo ranks, saved-activation bytes of
-one actor micro-batch (saved_tensors_hooks; padded, packed, and a packed 32K one), the parameter count, and vLLM's
-own KV-cache bytes per token."""
+"""The plan's figures against measurements on the CPU: FSDP2 shard bytes on 2 gloo ranks (the actor's and the
+frozen reference policy's), saved-activation bytes of one actor micro-batch (saved_tensors_hooks; padded, packed,
+and a packed 32K one), the parameter count, and vLLM's own KV-cache bytes per token."""
 
 from __future__ import annotations
 
@@ -215,8 +215,14 @@ def _shard_rank(rank: int, world: int, init_file: str, model_dir: str, out_file:
     window = padded_window({k: v.chunk(world)[rank] for k, v in batch.items()})
     engine.model(**window.inputs, use_cache=False).logits.float().mean().backward()
     grads = sum(p.grad.to_local().numel() * p.grad.element_size() for p in engine.model.parameters())
+    # the reference policy (KL): the same engine, frozen, as the hybrid worker builds it
+    ref = FSDPTrainEngine(model_dir, TrainSettings(micro_batch_size=4), trainable=False)
+    ref_bytes = sum(p.to_local().numel() * p.element_size() for p in ref.model.parameters())
     sizes = [None] * world
-    dist.all_gather_object(sizes, {"params": params, "grads": grads, "adam": moments})
+    dist.all_gather_object(
+        sizes,
+        {"params": params, "grads": grads, "adam": moments, "ref": ref_bytes, "ref_optimizer": ref.optimizer},
+    )
     if rank == 0:
         torch.save(sizes, out_file)
 
@@ -228,7 +234,13 @@ def test_fsdp2_shards_on_two_gloo_ranks_are_the_plans(tmp_path):
     spawn_ranks(_shard_rank, 2, str(tmp_path / "init"), str(folder), str(out))
     sizes = torch.load(out)
     plan = memory.ShardState.of(read_model_shape(folder), world=2)
-    assert sizes[0] == {"params": plan.parameters, "grads": plan.gradients, "adam": plan.optimizer}
+    assert sizes[0] == {
+        "params": plan.parameters,
+        "grads": plan.gradients,
+        "adam": plan.optimizer,
+        "ref": plan.parameters,  # the reference's shard: the plan's `ref` part under KL
+        "ref_optimizer": None,
+    }
     assert all(s["params"] <= plan.parameters for s in sizes)
     assert sizes[1]["params"] < sizes[0]["params"]  # the odd vocabulary splits 151 / 150 rows
 

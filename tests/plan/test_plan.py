@@ -3,6 +3,7 @@ memory defaults do not and the fix does, and a stage that cannot fit is refused 
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -14,10 +15,12 @@ from or1.config.recipe import RECIPES_DIR, load_recipe, resolve, stage_names
 from or1.errors import UserError
 from or1.plan.advice import smallest_fix, with_overrides
 from or1.plan.gate import check_fits
-from or1.plan.memory import GIB
+from or1.plan.host import host_need
+from or1.plan.lengths import LAST_STEPS, previous_stage_length, with_expected_length
+from or1.plan.memory import GIB, ShardState
 from or1.plan.model import read_model_shape
 from or1.plan.stage import Device, plan_stage
-from or1.plan.table import format_stage
+from or1.plan.table import format_stage, one_line, tight_line
 from or1.tinyworld.architecture import TinyModelSpec
 
 CONFIGS = (
@@ -28,8 +31,13 @@ runner = CliRunner()
 
 
 def test_device_spellings():
-    assert Device.parse("8xH100-80GB") == Device(8, 80 * GIB, "H100")
+    """A card the table knows is planned at the memory it gives to PyTorch, not the size on its box; a bare size is
+    taken as usable."""
+    assert Device.parse("8xH100-80GB") == Device(8, int(79.1 * GIB), "H100", nominal=80.0)
+    assert Device.parse("8xH100-80GB").label == "8xH100-80GB (79.1 GiB usable)"
+    assert Device.parse("8x80") == Device(8, 80 * GIB, "GPU")
     assert Device.parse("4x141").count == 4 and Device.parse("H200-141GB").count == 8
+    assert Device.parse("H200-141GB").memory == 139 * GIB
 
 
 # The GPUs each shipped GPU recipe is planned for (trainer.devices_per_node per node, trainer.nnodes nodes) and the
@@ -77,7 +85,7 @@ def test_every_stage_of_a_shipped_gpu_recipe_fits_its_gpus(recipe):
 
 def test_a_separate_placement_plans_the_trainer_and_the_replicas_apart():
     """or1-7b-async on 8 x 80 GB: 4 training GPUs hold a quarter of the FSDP2 state each and no vLLM; a replica's
-    GPU holds vLLM alone (its 0.85 share); a placement asking for more GPUs than the node has is a problem."""
+    GPU holds vLLM alone (its 0.8 share); a placement asking for more GPUs than the node has is a problem."""
     shape = read_model_shape(CONFIGS / "qwen2-7b.json")
     cfg = resolve("or1-7b-async", 2)
     plan = plan_stage(cfg, shape, H100)
@@ -87,7 +95,7 @@ def test_a_separate_placement_plans_the_trainer_and_the_replicas_apart():
     assert phases["update"].parts["params"] == 2 * sync["update"].parts["params"]  # 4 shards instead of 8
     replica = phases["rollout replica"].parts
     assert not any(k in replica for k in ("params", "adam", "actor"))
-    assert sum(replica.values()) - replica["reserved"] == int(0.85 * 80 * GIB)
+    assert replica["vllm weights"] + replica["vllm workspace"] + replica["kv cache"] == int(0.8 * H100.memory)
     assert plan.fits and not plan.problems
     crowded = plan_stage(resolve("or1-7b-async", 2, ["rollout.replicas=6"]), shape, H100)
     assert not crowded.fits and "needs 10 GPUs" in crowded.problems[0]
@@ -301,3 +309,112 @@ def test_a_plan_above_nine_tenths_of_the_gpu_fits_with_a_warning(tmp_path):
     result = runner.invoke(app, [*args, "--gpu-memory", str(tight.memory / GIB)])
     line = " ".join(result.output.split())
     assert "stage 1 fits with little to spare" in line and "train.parquet" in line, result.output
+
+
+def test_the_reference_policy_is_counted_under_kl():
+    """The float32 reference (algorithm.kl.enabled) is sharded like the actor: on the GPU in every phase but vLLM's
+    start when the actor stays there, on the host between its own passes under actor.offload."""
+    shape = read_model_shape(CONFIGS / "qwen2-7b.json")
+    settings = ["algorithm.kl.enabled=true", "actor.offload=false"]
+    plan = plan_stage(resolve("or1-7b", 1, settings), shape, H100)
+    shard = ShardState.of(shape, 8).parameters
+    phases = {p.name: p for p in plan.phases}
+    assert [p.name for p in plan.phases] == [
+        "vllm start",
+        "weight push",
+        "rollout",
+        "log-probs",
+        "ref log-probs",
+        "update",
+    ]
+    assert "ref" not in phases["vllm start"].parts  # built after vLLM starts
+    assert all(phases[n].parts["ref"] == shard for n in ("weight push", "rollout", "log-probs", "update"))
+    offloaded = {p.name: p for p in plan_stage(resolve("or1-7b", 1, settings[:1]), shape, H100).phases}
+    assert offloaded["rollout"].parts["ref"] == offloaded["update"].parts["ref"] == 0
+    assert offloaded["ref log-probs"].parts["ref"] == shard
+    without = plan_stage(resolve("or1-7b", 1), shape, H100)
+    assert all("ref" not in p.parts for p in without.phases) and "ref log-probs" not in {
+        p.name for p in without.phases
+    }
+
+
+def test_expected_lengths_decide_the_verdict_and_the_worst_case_warns():
+    """Short answers under micro-batches by count: the worst case (every sequence at the budget) does not fit, the
+    expected one does: it fits with a warning that names the worst case, and or1 train goes on."""
+    shape = read_model_shape(CONFIGS / "qwen2-7b.json")
+    settings = [
+        "actor.max_tokens_per_micro_batch=null",
+        "actor.micro_batch_size=16",
+        "data.max_prompt_length=1024",
+        "rollout.max_response_length=1024",
+    ]
+    two = Device.parse("2xH100-80GB")
+    worst = plan_stage(resolve("or1-7b", 1, settings), shape, two)
+    assert not worst.fits and worst.peak.name == "update"
+    short = ["data.expected_prompt_length=200", "rollout.expected_response_length=300"]
+    plan = plan_stage(resolve("or1-7b", 1, settings + short), shape, two)
+    assert plan.fits and plan.tight and not plan.worst_fits
+    assert plan.peak.peak == worst.peak.peak  # the worst case is still planned and shown
+    text = format_stage(plan, None)
+    assert "sequences of 200 + 300 tokens expected (the recipe), 1,024 + 1,024 at worst" in text
+    assert "a step whose responses all run to the budget would not fit" in text
+    assert "at the worst case" in tight_line(plan) and "actor.max_tokens_per_micro_batch" in tight_line(plan)
+    # a token budget bounds the micro-batch whatever the lengths: expected and worst are the same
+    budget = plan_stage(resolve("or1-7b", 1, short), shape, H100)
+    assert all(p.expected_peak == p.peak for p in budget.phases)
+
+
+def test_the_previous_stage_gives_the_expected_response_length(tmp_path):
+    metrics = tmp_path / "stage1" / "metrics.jsonl"
+    metrics.parent.mkdir()
+    rows = [{"step": i, "response/length_mean": 1000.0 if i < 5 else 3000.0} for i in range(5 + LAST_STEPS)]
+    metrics.write_text("\n".join(json.dumps(r) for r in rows) + "\n{torn")
+    assert previous_stage_length(tmp_path, 2) == 3000.0  # its last LAST_STEPS steps
+    assert previous_stage_length(tmp_path, 1) is None and previous_stage_length(tmp_path, 3) is None
+    cfg, source = with_expected_length(resolve("or1-7b", 2), tmp_path)
+    assert cfg.rollout.expected_response_length == 3000 and source.startswith(
+        "stage 1's mean response length"
+    )
+    given, source = with_expected_length(
+        resolve("or1-7b", 2, ["rollout.expected_response_length=500"]), tmp_path
+    )
+    assert given.rollout.expected_response_length == 500 and source == "the recipe"
+
+
+def test_host_memory_is_checked_per_node():
+    """FSDP2's CPU offload keeps float32 parameters, gradients and both moments of a node's ranks in its memory:
+    about 525 GB for the 32B recipe (16 bytes a parameter); every rank loads the whole float32 model first."""
+    shape = read_model_shape(CONFIGS / "qwen2-32b.json")
+    cfg = resolve("or1-32b", 2)
+    need = host_need(cfg, shape, 8, 8)
+    assert need.parts["actor (fsdp-cpu)"] == 8 * 4 * ShardState.of(shape, 8).parameters
+    assert 520e9 < need.parts["actor (fsdp-cpu)"] < 530e9
+    assert need.load == 8 * 4 * shape.parameters
+    small = dataclasses.replace(H100, host=512 * GIB)
+    plan = plan_stage(cfg, shape, small)
+    assert not plan.fits and any("host memory" in p for p in plan.problems)
+    assert plan_stage(cfg, shape, dataclasses.replace(H100, host=2048 * GIB)).fits
+
+
+def test_a_node_without_the_host_memory_is_refused_in_one_line():
+    shape = read_model_shape(CONFIGS / "qwen2-32b.json")
+    plan = plan_stage(resolve("or1-32b", 2), shape, dataclasses.replace(H100, host=512 * GIB))
+    line = one_line(plan, None)
+    assert line.startswith(
+        "stage 2 will not fit: a node needs 976 GiB of host memory (loading the model) of its 512"
+    )
+    assert "GPU memory" not in line
+
+
+def test_plan_command_reads_a_run_and_checks_host_memory(tmp_path):
+    (tmp_path / "stage1").mkdir()
+    (tmp_path / "stage1" / "metrics.jsonl").write_text(json.dumps({"response/length_mean": 6000.0}) + "\n")
+    args = ["plan", "--recipe", "or1-7b", "--stage", "2", "--gpus", "8xH100-80GB"]
+    args += ["--model-config", str(CONFIGS / "qwen2-7b.json"), "--run-dir", str(tmp_path)]
+    result = runner.invoke(app, [*args, "--host-memory", "2048"])
+    assert result.exit_code == 0, result.output
+    text = " ".join(result.output.split())
+    assert "sequences of 2,048 + 6,000 tokens expected (stage 1's mean response length" in text
+    assert "host memory per node: 227.0 of 2048.0 GiB" in text and "fits: peak" in text
+    result = runner.invoke(app, [*args, "--host-memory", "128"])
+    assert "DOES NOT FIT" in result.output and "of its 128 GiB" in result.output

@@ -69,6 +69,12 @@ class DataConfig(Section):
     max_prompt_length: int = Field(
         2048, ge=1, description="Prompts longer than this (in tokens) are dropped."
     )
+    expected_prompt_length: int | None = Field(
+        None,
+        ge=1,
+        description="Mean prompt length (tokens) of the training data, for the memory plan only (see "
+        "rollout.expected_response_length); None: max_prompt_length.",
+    )
     shuffle: bool = True
     validation: ValidationConfig = Field(default_factory=ValidationConfig)
 
@@ -86,6 +92,15 @@ class RolloutConfig(Section):
     top_p: float = Field(1.0, gt=0, le=1)
     max_response_length: int = Field(
         8192, ge=1, description="Response token budget; truncated answers score 0."
+    )
+    expected_response_length: int | None = Field(
+        None,
+        ge=1,
+        description="Mean response length (tokens) the training data is expected to produce, for the memory plan "
+        "only: `or1 plan` and the pre-flight show each phase at this length beside the worst case (every response "
+        "at max_response_length), refuse a stage whose expected peak does not fit and warn when only the worst case "
+        "does not. None: the previous stage's mean response length when its metrics.jsonl is there, else "
+        "max_response_length (expected = worst).",
     )
     micro_batch_size: int = Field(64, ge=1, description="Sequences generated at once per worker (hf engine).")
     tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor parallelism (GPU path).")

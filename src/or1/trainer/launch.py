@@ -33,7 +33,7 @@ def launch(request: TrainRequest, console: Console | None = None) -> Path:
     if request.plan_check:
         for cfg in stages:  # each stage this command runs must fit before anything starts
             if request.gpu_memory is not None or uses_gpu(cfg):
-                if (line := check_fits(cfg, request.gpu_memory)) is not None:
+                if (line := check_fits(cfg, request.gpu_memory, run_dir)) is not None:
                     console.print(line, style="yellow", markup=False)
     check_cpu_inputs(stages[0])
     stop = StopFlag()

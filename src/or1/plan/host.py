@@ -1,0 +1,55 @@
+"""Host memory of one node: what each of its ranks puts in the machine's RAM, summed over the node's ranks.
+
+Two moments count. Loading: every rank reads the whole model from disk in float32 (`engines.loading.
+load_causal_lm`) before FSDP2 shards it, so a node briefly holds one full copy per rank. Training: what the
+settings keep on the host between passes, per rank: FSDP2's CPUOffloadPolicy (actor.fsdp_cpu_offload) keeps the
+float32 parameters, gradients and AdamW moments there all the time (pinned, so they cannot be swapped out);
+actor.offload moves parameters and moments there while vLLM samples; the reference policy (KL) waits there
+under either; and vLLM's sleep mode backs its weights up in host memory while the actor trains.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from or1.config.schema import RunConfig
+from or1.plan import memory
+from or1.plan.memory import FLOAT32, ShardState
+from or1.plan.model import BYTES, ModelShape
+
+
+@dataclass(frozen=True)
+class HostNeed:
+    """Bytes of host memory one node needs, by moment and part."""
+
+    load: int  # every rank's full float32 copy while the model loads
+    parts: dict[str, int]  # what stays on the host while training
+
+    @property
+    def training(self) -> int:
+        return sum(self.parts.values())
+
+    @property
+    def peak(self) -> int:
+        return max(self.load, self.training)
+
+
+def host_need(cfg: RunConfig, shape: ModelShape, devices_per_node: int, world: int) -> HostNeed:
+    """The host memory one node of `devices_per_node` ranks (of `world`) needs for `cfg`'s stage."""
+    a, r = cfg.actor, cfg.rollout
+    shards = ShardState.of(shape, world)
+    ranks = devices_per_node
+    parts: dict[str, int] = {}
+    if a.fsdp_cpu_offload:
+        parts["actor (fsdp-cpu)"] = ranks * (shards.parameters + shards.gradients + shards.optimizer)
+    elif a.offload:
+        parts["actor (offload)"] = ranks * (shards.parameters + shards.optimizer)
+    if cfg.algorithm.kl.enabled and (a.fsdp_cpu_offload or a.offload):
+        parts["reference"] = ranks * shards.parameters
+    if r.engine == "vllm":  # sleep level 1: every engine's weights copied to the host
+        tp = r.tensor_parallel_size
+        parts["vllm weights"] = ranks * memory.rollout_weight_bytes(
+            shape, tp, BYTES[r.dtype or cfg.model.dtype]
+        )
+    load = ranks * shape.parameters * FLOAT32
+    return HostNeed(load=load, parts=parts)
