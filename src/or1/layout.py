@@ -59,3 +59,12 @@ def checkpoint_directory(stage_dir: Path, step: int) -> Path:
 def rank_rng_file(rank: int) -> str:
     """A rank's RNG state inside a checkpoint folder."""
     return f"rng_rank{rank}.pt"
+
+
+# the weights after an older step that the rollout replicas of the separate placement still sample with
+ROLLOUT_WEIGHTS_FILE = re.compile(r"^rollout_weights_step_(\d+)\.safetensors$")
+
+
+def rollout_weights_file(version: int) -> str:
+    """The weights after step `version` inside a checkpoint folder (rollout.placement separate)."""
+    return f"rollout_weights_step_{version}.safetensors"

@@ -21,6 +21,7 @@ from or1.errors import UserError
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import POLICY_VERSION
 from or1.hybrid.worker_group import WorkerError
+from or1.layout import rollout_weights_file
 from or1.trainer.rollouts import Pipelined, Sampled
 from or1.trainer.step_log import PhaseTimer
 from run_files import ENV, assert_same_weights, descendants, kill_while_writing, tiny_run, weights
@@ -236,7 +237,7 @@ def test_resume_in_async_mode_ends_where_the_uninterrupted_run_ends(
     kill_while_writing(
         command(run_dir, tiny_model_dir, tiny_data_dir, "never"), run_dir / "stage1" / "checkpoints", 3
     )
-    assert (run_dir / "stage1" / "checkpoints" / "step_2" / "rollout_weights_step_1.safetensors").is_file()
+    assert (run_dir / "stage1" / "checkpoints" / "step_2" / rollout_weights_file(1)).is_file()
     run(command(run_dir, tiny_model_dir, tiny_data_dir, "auto"))
     assert same_trajectory(run_dir) == same_trajectory(uninterrupted)
     assert_same_weights(weights(run_dir / "stage1" / "final"), weights(uninterrupted / "stage1" / "final"))

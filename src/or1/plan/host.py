@@ -5,7 +5,7 @@ load_causal_lm`) before FSDP2 shards it, so a node briefly holds one full copy p
 settings keep on the host between passes, per rank: FSDP2's CPUOffloadPolicy (actor.fsdp_cpu_offload) keeps the
 float32 parameters, gradients and AdamW moments there all the time (pinned, so they cannot be swapped out);
 actor.offload moves parameters and moments there while vLLM samples; the reference policy (KL) waits there
-under either; and vLLM's sleep mode backs its weights up in host memory while the actor trains.
+under either; and vLLM's sleep mode backs its weights up in host memory while the actor trains (colocated only).
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ def host_need(cfg: RunConfig, shape: ModelShape, devices_per_node: int, world: i
         parts["actor (offload)"] = ranks * (shards.parameters + shards.optimizer)
     if cfg.algorithm.kl.enabled and (a.fsdp_cpu_offload or a.offload):
         parts["reference"] = ranks * shards.parameters
-    if r.engine == "vllm":  # sleep level 1: every engine's weights copied to the host
+    if r.engine == "vllm" and r.placement == "colocated":  # sleep level 1: every engine's weights on the host
+        # (a replica of the separate placement never sleeps)
         tp = r.tensor_parallel_size
         parts["vllm weights"] = ranks * memory.rollout_weight_bytes(
             shape, tp, BYTES[r.dtype or cfg.model.dtype]

@@ -37,15 +37,12 @@ from or1.hybrid.columns import (
 )
 from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker_group import WorkerError, WorkerGroup
+from or1.layout import ROLLOUT_WEIGHTS_FILE, rollout_weights_file
 from or1.scoring import RewardManager
 from or1.trainer.phases import truncation_policy
 from or1.trainer.prompt_loader import PromptLoader
 from or1.trainer.step_log import PhaseTimer
 from or1.workers.rollout_worker import load_published, save_published
-
-ROLLOUT_WEIGHTS = (
-    "rollout_weights_step_{}.safetensors"  # a checkpoint's older weight versions the replicas need
-)
 
 
 @dataclass
@@ -188,17 +185,9 @@ class Pipelined:
         start_replicas: Callable[[], WorkerGroup],
         max_restarts: int,
     ) -> None:
-        self.actor, self.sampler, self.replicas, self.start_replicas = (
-            actor,
-            sampler,
-            replicas,
-            start_replicas,
-        )
-        self.k, self.steps, self.max_restarts = (
-            sampler.cfg.rollout.max_staleness,
-            sampler.cfg.trainer.steps,
-            max_restarts,
-        )
+        self.actor, self.sampler, self.replicas = actor, sampler, replicas
+        self.start_replicas, self.max_restarts = start_replicas, max_restarts
+        self.k, self.steps = sampler.cfg.rollout.max_staleness, sampler.cfg.trainer.steps
         self.replica_version = 0  # the replicas start from the stage's model: version 0
         self.restarts = 0
         self.versions: dict[int, Any] = {}  # version -> publish_weights' (weights ref, probe)
@@ -282,16 +271,16 @@ class Pipelined:
     def save_checkpoint(self, path: str) -> None:
         with self.cond:
             latest = max(self.versions)
-            older = {v: ref for v, ref in self.versions.items() if v < latest}
+            older = {v: published for v, published in self.versions.items() if v < latest}
         for version, (weights, _probe) in older.items():
-            save_published(weights, Path(path) / ROLLOUT_WEIGHTS.format(version))
+            save_published(weights, Path(path) / rollout_weights_file(version))
 
     def load_checkpoint(self, path: str) -> None:
         with self.cond:
             self.versions.clear()
-            for file in Path(path).glob(ROLLOUT_WEIGHTS.format("*")):
-                version = int(file.name.removeprefix("rollout_weights_step_").split(".")[0])
-                self.versions[version] = (load_published(file), None)
+            for file in Path(path).iterdir():
+                if match := ROLLOUT_WEIGHTS_FILE.match(file.name):
+                    self.versions[int(match.group(1))] = (load_published(file), None)
 
     # ---- the sampling thread ---------------------------------------------------------------------------------------
     def _produce(self, first: int) -> None:
