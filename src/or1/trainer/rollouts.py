@@ -190,10 +190,11 @@ class Pipelined:
         self.k, self.steps = sampler.cfg.rollout.max_staleness, sampler.cfg.trainer.steps
         self.replica_version = 0  # the replicas start from the stage's model: version 0
         self.restarts = 0
+        self.oldest = 0  # the oldest version there is to sample with (begin)
+        self.in_flight = 0  # groups of the rollout call in progress
         self.versions: dict[int, Any] = {}  # version -> publish_weights' (weights ref, probe)
         self.ready: dict[int, Sampled] = {}
         self.error: BaseException | None = None
-        self.sampling: int | None = None  # the step the replicas are sampling
         self.stopping = False
         self.cond = threading.Condition()
         self.replica_lock = threading.Lock()  # one caller of the replicas at a time: weights, then sampling
@@ -201,8 +202,12 @@ class Pipelined:
 
     # ---- the trainer's side ----------------------------------------------------------------------------------------
     def begin(self, step: int) -> None:
-        """Publish the trainer's weights (version `step`, the last trained) and start sampling from step + 1."""
+        """Publish the trainer's weights (version `step`, the last trained) and start sampling from step + 1.
+
+        A resume has the k older versions its next steps sample with from the checkpoint; a checkpoint without them
+        (one a colocated run wrote) starts from the oldest version there is: those steps sample fresher weights."""
         self.publish(step)
+        self.oldest = min(self.versions)
         self.thread = threading.Thread(
             target=self._produce, args=(step + 1,), name="or1-rollout", daemon=True
         )
@@ -217,7 +222,7 @@ class Pipelined:
             if step not in self.ready:
                 raise RuntimeError(f"the rollout replicas failed sampling step {step}") from self.error
             sampled = self.ready.pop(step)
-            ahead, in_flight = len(self.ready), self.sampling is not None
+            ahead, in_flight = len(self.ready), self.in_flight
         timer.add("trainer_idle", time.perf_counter() - began)
         for (
             phase,
@@ -231,7 +236,7 @@ class Pipelined:
             "async/staleness_mean": float(staleness.mean()),
             "async/staleness_max": float(staleness.max()),
             "async/queue_depth": float(ahead),  # later steps already sampled when this one was taken (<= k)
-            "async/steps_in_flight": float(in_flight),  # a step being sampled meanwhile (1) or none (0)
+            "async/groups_in_flight": float(in_flight),  # groups the replicas were sampling meanwhile
             "async/replica_restarts": float(self.restarts),
         }
         return sampled
@@ -287,18 +292,17 @@ class Pipelined:
         try:
             for step in range(first, self.steps + 1):
                 timer = PhaseTimer()
-                need = max(0, step - 1 - self.k)
+                need = max(self.oldest, step - 1 - self.k)
                 with self.cond:
                     began = time.perf_counter()
                     while need not in self.versions and not self.stopping:
                         self.cond.wait()
                     if self.stopping:
                         return
-                    self.sampling = step
                 timer.add("rollout_idle", time.perf_counter() - began)
                 sampled = self.sampler.sample(step, lambda *a, need=need: self._stream(need, *a), timer)
                 with self.cond:
-                    self.ready[step], self.sampling = sampled, None
+                    self.ready[step] = sampled
                     self.cond.notify_all()
         except BaseException as e:  # noqa: BLE001 - handed to the trainer, which raises it
             with self.cond:
@@ -315,6 +319,7 @@ class Pipelined:
             with self.replica_lock:
                 try:
                     self._hold(version)
+                    self.in_flight = len(prompts)
                     return self.replicas.stream("stream_sequences", on_rows, prompts, request)
                 except WorkerError as e:
                     if not e.died or self.stopping or self.restarts >= self.max_restarts:
@@ -323,6 +328,8 @@ class Pipelined:
                     self.replicas.shutdown()
                     self.replicas, self.replica_version = self.start_replicas(), 0
                     raise ReplicaReplaced(str(e)) from e
+                finally:
+                    self.in_flight = 0
 
     def _hold(self, version: int) -> None:
         """The replicas on weights `version` (the caller holds replica_lock)."""
