@@ -295,3 +295,21 @@ def test_a_replica_killed_mid_generation_is_replaced_with_no_group_lost_or_count
     assert last["async/replica_restarts"] == 1
     assert same_trajectory(run_dir) == same_trajectory(uninterrupted)
     assert_same_weights(weights(run_dir / "stage1" / "final"), weights(uninterrupted / "stage1" / "final"))
+
+
+def test_a_resume_without_the_older_versions_samples_the_newest_instead_of_waiting():
+    """A checkpoint a colocated run wrote holds no older weight versions: resumed at step 3 with k = 1, step 4 samples
+    with the weights after step 3 (staleness 0) instead of waiting for step 2's, which no one will publish."""
+    actor, sampler = FakeActor(), FakeSampler(config(1, 6))
+    pipeline = Pipelined(actor, sampler, FakeReplicas(0.0), lambda: FakeReplicas(0.0), max_restarts=0)
+    actor.version = 3
+    pipeline.begin(3)
+    try:
+        staleness = []
+        for step in (4, 5, 6):
+            staleness.append(pipeline.take(step, PhaseTimer()).metrics["async/staleness_max"])
+            actor.version = step
+            pipeline.trained(step)
+    finally:
+        pipeline.end()
+    assert staleness == [0, 1, 1]
