@@ -329,6 +329,17 @@ def eval_command(
         typer.Option(help="Local file of the benchmark (else its file under $OR1_BENCHMARKS, else the hub)."),
     ] = None,
     engine: Annotated[str, typer.Option(help="hf (CPU or GPU) or vllm (GPU, the vllm extra).")] = "hf",
+    replicas: Annotated[
+        int | None,
+        typer.Option(help="Engine replicas (default: GPUs / tensor parallelism, or one per CPU core)."),
+    ] = None,
+    tensor_parallel_size: Annotated[
+        int, typer.Option("--tensor-parallel-size", help="Devices per replica (vllm only).")
+    ] = 1,
+    ray_address: Annotated[
+        str | None,
+        typer.Option("--ray-address", help="Join this Ray cluster (default: a private local Ray)."),
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Output folder (default under runs/).")] = None,
     seed: Annotated[int, typer.Option(help="Sampling and bootstrap seed.")] = 0,
     limit: Annotated[int | None, typer.Option(help="Evaluate only the first N problems.")] = None,
@@ -337,7 +348,8 @@ def eval_command(
 ) -> None:
     """Evaluate a model under a named protocol; resumes from cached samples after an interruption.
 
-    Ctrl-C (or SIGTERM) saves the batch in progress and stops; rerun the same command to continue.
+    One engine replica per device (or per CPU core); each sample has its own seed, so the layout never changes the
+    samples. Ctrl-C (or SIGTERM) saves the batches in progress and stops; rerun the same command to continue.
     """
     from or1.preflight import check_model, check_output_folder
 
@@ -361,6 +373,9 @@ def eval_command(
         max_problems=limit,
         workers=workers,
         fresh=fresh,
+        replicas=replicas,
+        tensor_parallel_size=tensor_parallel_size,
+        ray_address=ray_address,
     )
     Console().print(f"wrote {folder}/samples.jsonl, summary.json and report.md", markup=False)
 

@@ -89,14 +89,15 @@ class EvalReplica:
 
 
 def _use_cores(cores: list[int], tensor_parallel_size: int) -> None:
+    """Torch threads for this replica's share of the cores; with tensor parallelism (vLLM's ranks bind their
+    threads within this process's cores) the replica is pinned to its share."""
     import torch
 
-    os.environ["OMP_NUM_THREADS"] = str(max(1, len(cores) // tensor_parallel_size))
-    torch.set_num_threads(max(1, len(cores) // tensor_parallel_size))
-    # vLLM's multiprocess executor (CPU tensor parallelism) binds each rank to the cores listed here, "|" apart
-    size = max(1, len(cores) // tensor_parallel_size)
-    ranks = [cores[i * size : (i + 1) * size] or cores[-1:] for i in range(tensor_parallel_size)]
-    os.environ["VLLM_CPU_OMP_THREADS_BIND"] = "|".join(",".join(map(str, r)) for r in ranks)
+    if tensor_parallel_size > 1 and hasattr(os, "sched_setaffinity"):
+        os.sched_setaffinity(0, cores)
+    threads = max(1, len(cores) // tensor_parallel_size)
+    os.environ["OMP_NUM_THREADS"] = str(threads)
+    torch.set_num_threads(threads)
 
 
 @dataclass(eq=False)
