@@ -384,12 +384,31 @@ def eval_command(
 @user_errors
 def report_command(
     run_dir: Annotated[Path, typer.Argument(help="A run directory of or1 train (runs/<recipe> by default).")],
+    other: Annotated[
+        Path | None,
+        typer.Argument(
+            help="With two or1 eval output folders (or summary.json files): compare them instead."
+        ),
+    ] = None,
 ) -> None:
-    """Draw a run's curves into RUN_DIR/plots/*.png and RUN_DIR/report.md (also on a run still going)."""
+    """Draw a run's curves into RUN_DIR/plots/*.png and RUN_DIR/report.md (also on a run still going).
+
+    Given two evaluations, say whether they can be compared (same data, protocol, sampling settings, engine and
+    its version, dtype) and which settings differ, then their estimates side by side; exit 1 when they cannot.
+    """
+    console = Console(soft_wrap=True, highlight=False)  # paths stay whole on one line
+    if other is not None:
+        from or1.report.compare import compare_lines
+
+        comparable, lines = compare_lines(run_dir, other)
+        for line in lines:
+            console.print(line, markup=False)
+        if not comparable:
+            raise typer.Exit(1)
+        return
     from or1.report import write_report
 
     report = write_report(run_dir)
-    console = Console(soft_wrap=True, highlight=False)  # paths stay whole on one line
     console.print(
         f"wrote {report.markdown} and {len(report.figures)} figures in {report.markdown.parent}/plots"
     )

@@ -19,6 +19,7 @@ from or1.eval import evaluate
 from or1.eval.evaluate import run_eval
 from or1.eval.generation import Completion
 from or1.eval.results import model_fingerprint
+from or1.report.compare import provenance
 
 
 def math_rows(count: int) -> list[dict]:
@@ -112,6 +113,11 @@ def test_outputs_and_summary(setup: dict) -> None:
     assert "maj@4" in summary["metrics"]["estimates"]
     report = (out / "report.md").read_text()
     assert "| avg@4 |" in report and report.count("/4 |") == 3
+    # everything that decides whether two results compare is recorded (or1 report A B reads it)
+    settings = provenance(summary)
+    assert None not in settings.values() and settings["engine_version"].startswith("transformers ")
+    assert "## Provenance" in report and "| temperature | 1.0 | yes |" in report
+    assert summary["layout"]["replicas"] == 1 and summary["seeding"].startswith("per sample")
 
 
 def test_a_crashed_run_resumes_without_regenerating(setup: dict) -> None:
