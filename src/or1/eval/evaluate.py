@@ -41,6 +41,7 @@ from or1.eval.samples import SAMPLES_FILE, SampleCache
 from or1.stop import StopFlag
 
 Unit = tuple[dict[str, Any], str, int]  # (row, problem_id, sample_index)
+EVAL_GPU_MEMORY_UTILIZATION = 0.9  # vLLM's share of each GPU: an eval engine has its GPUs to itself
 SEEDING = "per sample: crc32('<seed>:<problem_id>:<sample_index>') & 0x7fffffff"  # recorded with the samples
 
 
@@ -113,7 +114,11 @@ def run_eval(
     sampling = resolve_sampling(
         protocol, bench.ability, seed=seed, n=n, temperature=temperature, top_p=top_p, max_tokens=max_tokens
     )
-    settings = EngineSettings(seed=sampling.seed, tensor_parallel_size=tensor_parallel_size)
+    settings = EngineSettings(
+        seed=sampling.seed,
+        tensor_parallel_size=tensor_parallel_size,
+        gpu_memory_utilization=EVAL_GPU_MEMORY_UTILIZATION,
+    )
     build = engine_build(engine, settings)
     out = Path(out) if out is not None else default_out(model, bench.name)
     model_info = model_fingerprint(model)
@@ -227,7 +232,9 @@ def _sample(
             gpus=int(resources.get("GPU", 0)),
             cpus=int(resources["CPU"]),
         )
-        pool = ReplicaPool(engine, model, job.sampling, layout, expected=engine_build(engine, settings))
+        pool = ReplicaPool(
+            engine, model, job.sampling, settings, layout, expected=engine_build(engine, settings)
+        )
         try:
             _with_progress(
                 job, lambda on_done: pool.run(job.requests, on_done, batch=job.batch, stop=job.stop)

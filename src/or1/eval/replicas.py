@@ -5,8 +5,9 @@ the cores shared out (each replica its own torch threads, so two replicas on two
 `ReplicaPool` starts one `EvalReplica` actor per replica and deals the evaluation's samples to them in chunks:
 each replica holds at most IN_FLIGHT chunks, and the next chunk goes to the one with the fewest samples
 outstanding, so a replica that drew long responses gets less rather than everyone waiting for it. Chunks shrink as
-the queue empties, so the last ones finish together. A replica that dies is started again and its chunks are sent
-again; the caller keys results by sample, so a sample that came back twice is kept once. Each sample carries its
+the queue empties, and once it is empty an idle replica also samples a copy of a chunk still queued behind a busy
+one, so the last ones finish together. A replica that dies is started again and its chunks are sent again. Each
+sample reaches the caller once: the first copy back counts, later ones are dropped. Each sample carries its
 own seed, so the samples do not depend on the layout (see `or1.eval.generation`).
 """
 
@@ -112,13 +113,16 @@ class _Replica:
 
 
 class ReplicaPool:
-    """`layout.replicas` EvalReplica actors over one model (Ray connected); `run` deals work to them."""
+    """`layout.replicas` EvalReplica actors over one model, each engine built with `settings` (Ray connected;
+    layout.tensor_parallel_size is settings'); `run` deals work to them. `expected`: the build every replica must
+    report (the one the sample cache records)."""
 
     def __init__(
         self,
         engine: str,
         model: Path | str,
         sampling: EvalSampling,
+        settings: EngineSettings,
         layout: Layout,
         *,
         expected: EngineBuild,
@@ -127,8 +131,7 @@ class ReplicaPool:
         if not ray.is_initialized():
             raise RuntimeError("ReplicaPool needs Ray connected (or1.hybrid.cluster.ray_session)")
         self.layout = layout
-        self.settings = EngineSettings(seed=sampling.seed, tensor_parallel_size=layout.tensor_parallel_size)
-        self._args = (engine, str(model), sampling, self.settings)
+        self._args = (engine, str(model), sampling, settings)
         cpus = layout.threads * layout.tensor_parallel_size if not layout.gpus_per_replica else 1
         self._remote = ray.remote(replica_cls or EvalReplica).options(
             num_cpus=cpus, num_gpus=layout.gpus_per_replica
@@ -164,16 +167,17 @@ class ReplicaPool:
         batch: int,
         stop: StopFlag | None = None,
     ) -> None:
-        """Sample every request; `on_done(positions, completions)` as each chunk comes back. A stop request lets
-        the chunks in flight finish (and reach on_done), then raises."""
+        """Sample every request; `on_done(positions, completions)` as each chunk comes back, each position once. A
+        stop request lets the chunks in flight finish (and reach on_done), then raises."""
         queue: deque[int] = deque(range(len(requests)))
-        done: set[int] = set()
+        self._done: set[int] = set()
+        self._copied: set[tuple[int, ...]] = set()
         stopping = False
-        while queue or any(r.inflight for r in self.replicas):
+        while len(self._done) < len(requests) and (queue or any(r.inflight for r in self.replicas)):
             if stop is not None and stop.requested and not stopping:
                 stopping = True
                 queue.clear()
-            self._deal(queue, requests, batch)
+            self._deal(queue, requests, batch, backups=not stopping)
             refs = [ref for r in self.replicas for ref in r.inflight]
             (ready,), _ = ray.wait(refs, num_returns=1)
             replica = next(r for r in self.replicas if ready in r.inflight)
@@ -181,27 +185,46 @@ class ReplicaPool:
             try:
                 completions = _get(ready)
             except RayActorError:
-                lost = positions + self._replace(replica)
+                lost = [p for p in positions + self._replace(replica) if p not in self._done]
                 if not stopping:
                     queue.extendleft(reversed(lost))
                 continue
-            fresh = [(p, c) for p, c in zip(positions, completions, strict=True) if p not in done]
-            done.update(p for p, _ in fresh)
+            fresh = [(p, c) for p, c in zip(positions, completions, strict=True) if p not in self._done]
+            self._done.update(p for p, _ in fresh)
             if fresh:
                 on_done([p for p, _ in fresh], [c for _, c in fresh])
         if stop is not None:
-            stop.raise_if_requested(f"stopped after {len(done)} of {len(requests)} samples")
+            stop.raise_if_requested(f"stopped after {len(self._done)} of {len(requests)} samples")
 
-    def _deal(self, queue: deque[int], requests: Sequence[Request], batch: int) -> None:
-        """Fill every replica up to IN_FLIGHT chunks, the least loaded first; chunks shrink as the queue empties."""
+    def _deal(
+        self, queue: deque[int], requests: Sequence[Request], batch: int, *, backups: bool = True
+    ) -> None:
+        """Fill every replica up to IN_FLIGHT chunks, the least loaded first; chunks shrink as the queue empties.
+        Once it is empty, an idle replica takes a copy of a chunk still waiting behind another replica's running
+        one (the first copy back counts), so the tail never waits on the slowest replica's queue."""
         while queue:
             replica = min(self.replicas, key=lambda r: (len(r.inflight) >= IN_FLIGHT, r.outstanding, r.index))
             if len(replica.inflight) >= IN_FLIGHT:
                 return
             size = max(1, min(batch, math.ceil(len(queue) / (IN_FLIGHT * len(self.replicas)))))
-            positions = [queue.popleft() for _ in range(min(size, len(queue)))]
-            ref = replica.handle.generate.remote([requests[p] for p in positions])
-            replica.inflight[ref] = positions
+            self._send(replica, [queue.popleft() for _ in range(min(size, len(queue)))], requests)
+        for idle in [r for r in self.replicas if not r.inflight] if backups else []:
+            waiting = [
+                [p for p in chunk if p not in self._done]
+                for r in self.replicas
+                for chunk in list(r.inflight.values())[1:]  # behind the chunk the replica is sampling
+                if tuple(chunk) not in self._copied
+            ]
+            waiting = [chunk for chunk in waiting if chunk]
+            if not waiting:
+                return
+            chunk = max(waiting, key=len)
+            self._copied.add(tuple(chunk))
+            self._send(idle, chunk, requests)
+
+    def _send(self, replica: _Replica, positions: list[int], requests: Sequence[Request]) -> None:
+        ref = replica.handle.generate.remote([requests[p] for p in positions])
+        replica.inflight[ref] = positions
 
     def _replace(self, replica: _Replica) -> list[int]:
         """Start a new actor in a dead replica's place; returns the positions of its other chunks (lost too)."""
