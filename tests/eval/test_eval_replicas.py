@@ -30,7 +30,7 @@ def test_the_layout_fills_the_devices() -> None:
     assert plan_layout(None, 1, gpus=0, cpus=2) == Layout(2, 1, 0, 1)
     assert plan_layout(1, 1, gpus=0, cpus=2) == Layout(1, 1, 0, 2)
     assert plan_layout(2, 1, gpus=0, cpus=16) == Layout(2, 1, 0, 8)
-    with pytest.raises(UserError, match="need 16 GPUs; Ray sees 8"):
+    with pytest.raises(UserError, match="need 16 GPUs; there are 8"):
         plan_layout(4, 4, gpus=8, cpus=64)
     with pytest.raises(UserError, match="at least 1"):
         plan_layout(0, 1, gpus=0, cpus=2)

@@ -63,7 +63,7 @@ def plan_layout(replicas: int | None, tensor_parallel_size: int, *, gpus: int, c
         most = gpus // tp
         if most < 1 or (replicas or most) > most:
             raise UserError(
-                f"{replicas or 1} replica(s) x tensor parallelism {tp} need {(replicas or 1) * tp} GPUs; Ray sees "
+                f"{replicas or 1} replica(s) x tensor parallelism {tp} need {(replicas or 1) * tp} GPUs; there are "
                 f"{gpus}. Lower --replicas or --tensor-parallel-size."
             )
         return Layout(replicas or most, tp, tp, 0)
