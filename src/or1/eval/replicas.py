@@ -126,16 +126,13 @@ class ReplicaPool:
         layout: Layout,
         *,
         expected: EngineBuild,
-        replica_cls: type | None = None,
     ) -> None:
         if not ray.is_initialized():
             raise RuntimeError("ReplicaPool needs Ray connected (or1.hybrid.cluster.ray_session)")
         self.layout = layout
         self._args = (engine, str(model), sampling, settings)
         cpus = layout.threads * layout.tensor_parallel_size if not layout.gpus_per_replica else 1
-        self._remote = ray.remote(replica_cls or EvalReplica).options(
-            num_cpus=cpus, num_gpus=layout.gpus_per_replica
-        )
+        self._remote = ray.remote(EvalReplica).options(num_cpus=cpus, num_gpus=layout.gpus_per_replica)
         self.replicas = [self._start(i) for i in range(layout.replicas)]
         self.restarts = 0
         try:
