@@ -19,6 +19,8 @@ When a vLLM release changes one of these, this is the only file to touch. Facts 
 - Tensor parallelism on CPU runs vLLM's multiprocess executor (workers spawned: the main module needs a
   `__main__` guard) and binds each rank's OpenMP threads to the cores `VLLM_CPU_OMP_THREADS_BIND` lists ("0|1");
   its automatic binding wants one NUMA node per rank, so or1 lists this process's cores split among the ranks.
+  Its ranks' all-reduce buffers (/dev/shm/vllm_dist_*-cpushm_<rank>, 4 MiB each) were left behind by one of two
+  test runs that ended the process with the engine still up.
   vLLM caches its environment settings once an engine has started (`envs.enable_envs_cache`): a later engine in
   the same process sees new ones only after `envs.disable_envs_cache()`.
 - Seeded requests on CPU fail when a prompt's prefill is split across scheduler steps (chunked prefill rewinds the
