@@ -23,10 +23,12 @@ import statistics
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 
-def build_world(folder: Path, problems: int) -> tuple[Path, Path]:
-    """A random-init tiny model and `problems` math rows (prompts of 1 to 8 sentences)."""
+def build_world(folder: Path, problems: int, spec: Any = None) -> tuple[Path, Path]:
+    """A random-init model of `spec` (default: the tiny world's shape) and `problems` math rows (prompts of 1 to 8
+    sentences)."""
     from or1.data.rows import make_row, write_rows
     from or1.tinyworld.architecture import TinyModelSpec, build_tiny_model
     from or1.tinyworld.tokenizer import train_tokenizer
@@ -34,9 +36,8 @@ def build_world(folder: Path, problems: int) -> tuple[Path, Path]:
     model = folder / "model"
     texts = [f"Find {a}+{b}. The answer is \\boxed{{{a + b}}}." for a in range(30) for b in range(9)]
     tokenizer = train_tokenizer(texts)
-    build_tiny_model(tokenizer, seed=0, spec=TinyModelSpec(max_position_embeddings=1024)).save_pretrained(
-        model
-    )
+    spec = spec or TinyModelSpec(max_position_embeddings=1024)
+    build_tiny_model(tokenizer, seed=0, spec=spec).save_pretrained(model)
     tokenizer.save_pretrained(model)
     rows = [
         make_row(
