@@ -155,3 +155,31 @@ def test_a_slow_replica_gets_less_work_and_the_last_chunks_finish_together() -> 
     ideal = 600 / (speed[0] + speed[1])
     assert done[0] + done[1] == 600 and done[0] <= 600 / 6 + 10
     assert now <= 1.1 * ideal
+
+
+@needs_benchmarks
+def test_ctrl_c_on_replicas_keeps_what_was_scored_and_another_layout_resumes(
+    tiny_model_dir: Path, tmp_path: Path, one_replica: dict, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import os
+    import signal
+
+    from or1.stop import Interrupted
+
+    real_record = evaluate._Job.record
+
+    def record(self, positions, completions):  # Ctrl-C as the first chunk comes back
+        if not getattr(self, "signalled", False):
+            self.signalled = True
+            os.kill(os.getpid(), signal.SIGINT)
+        real_record(self, positions, completions)
+
+    monkeypatch.setattr(evaluate._Job, "record", record)
+    with pytest.raises(Interrupted, match="stopped after"):
+        evaluate_tiny(tiny_model_dir, tmp_path / "stopped", replicas=2)
+    kept = samples(tmp_path / "stopped")
+    assert 0 < len(kept) < 12 and all(one_replica[k] == v for k, v in kept.items())
+    monkeypatch.setattr(evaluate._Job, "record", real_record)
+    out = evaluate_tiny(tiny_model_dir, tmp_path / "stopped", replicas=1)
+    assert samples(out) == one_replica
+    assert json.loads((out / "summary.json").read_text())["samples_reused"] == len(kept)
