@@ -352,6 +352,17 @@ def eval_command(
         typer.Option(help="Local file of the benchmark (else its file under $OR1_BENCHMARKS, else the hub)."),
     ] = None,
     engine: Annotated[str, typer.Option(help="hf (CPU or GPU) or vllm (GPU, the vllm extra).")] = "hf",
+    replicas: Annotated[
+        int | None,
+        typer.Option(help="Engine replicas (default: GPUs / tensor parallelism, or one per CPU core)."),
+    ] = None,
+    tensor_parallel_size: Annotated[
+        int, typer.Option("--tensor-parallel-size", help="Devices per replica (vllm only).")
+    ] = 1,
+    ray_address: Annotated[
+        str | None,
+        typer.Option("--ray-address", help="Join this Ray cluster (default: a private local Ray)."),
+    ] = None,
     out: Annotated[Path | None, typer.Option(help="Output folder (default under runs/).")] = None,
     seed: Annotated[int, typer.Option(help="Sampling and bootstrap seed.")] = 0,
     limit: Annotated[int | None, typer.Option(help="Evaluate only the first N problems.")] = None,
@@ -360,7 +371,8 @@ def eval_command(
 ) -> None:
     """Evaluate a model under a named protocol; resumes from cached samples after an interruption.
 
-    Ctrl-C (or SIGTERM) saves the batch in progress and stops; rerun the same command to continue.
+    One engine replica per device (or per CPU core); each sample has its own seed, so the layout never changes the
+    samples. Ctrl-C (or SIGTERM) saves the batches in progress and stops; rerun the same command to continue.
     """
     from or1.preflight import check_model, check_output_folder
 
@@ -384,6 +396,9 @@ def eval_command(
         max_problems=limit,
         workers=workers,
         fresh=fresh,
+        replicas=replicas,
+        tensor_parallel_size=tensor_parallel_size,
+        ray_address=ray_address,
     )
     Console().print(f"wrote {folder}/samples.jsonl, summary.json and report.md", markup=False)
 
@@ -392,12 +407,31 @@ def eval_command(
 @user_errors
 def report_command(
     run_dir: Annotated[Path, typer.Argument(help="A run directory of or1 train (runs/<recipe> by default).")],
+    other: Annotated[
+        Path | None,
+        typer.Argument(
+            help="With two or1 eval output folders (or summary.json files): compare them instead."
+        ),
+    ] = None,
 ) -> None:
-    """Draw a run's curves into RUN_DIR/plots/*.png and RUN_DIR/report.md (also on a run still going)."""
+    """Draw a run's curves into RUN_DIR/plots/*.png and RUN_DIR/report.md (also on a run still going).
+
+    Given two evaluations, say whether they can be compared (same data, protocol, sampling settings, engine and
+    its version, dtype) and which settings differ, then their estimates side by side; exit 1 when they cannot.
+    """
+    console = Console(soft_wrap=True, highlight=False)  # paths stay whole on one line
+    if other is not None:
+        from or1.report.compare import compare_lines
+
+        comparable, lines = compare_lines(run_dir, other)
+        for line in lines:
+            console.print(line, markup=False)
+        if not comparable:
+            raise typer.Exit(1)
+        return
     from or1.report import write_report
 
     report = write_report(run_dir)
-    console = Console(soft_wrap=True, highlight=False)  # paths stay whole on one line
     console.print(
         f"wrote {report.markdown} and {len(report.figures)} figures in {report.markdown.parent}/plots"
     )

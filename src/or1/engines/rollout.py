@@ -8,7 +8,8 @@ Conventions every engine keeps, so callers never branch on the engine:
 - `truncated` is True exactly when a response hit `max_response_length` without a stop token;
 - `log_probs` are the sampled tokens' log-probabilities under the sampling distribution (temperature and top_p
   applied), the same quantity the actor recomputes for PPO's ratio;
-- a seeded call is reproducible: the same prompts, settings and seed give the same tokens;
+- a seeded call is reproducible: the same prompts, settings and seed give the same tokens; with `row_seeds` a
+  row's tokens depend on its prompt and its own seed only (up to the kernels' batch-size numerics on a GPU);
 - `stream_ids` yields rows as they finish (the trainer scores them while the rest still decode); `generate_ids` is
   the same sampling gathered into prompt-major order.
 """
@@ -57,6 +58,9 @@ class SamplingParams:
     max_response_length: int = 256
     stop_token_ids: list[int] = field(default_factory=list)
     seed: int | None = None  # None: unseeded (not reproducible)
+    # one seed per row (prompt-major), in place of `seed`: each row then samples from its own seed alone, so its
+    # tokens do not depend on the call's other rows (evaluation: the same samples whatever the batching)
+    row_seeds: list[int] | None = None
 
     def check(self) -> None:
         if self.n < 1 or self.max_response_length < 1:
@@ -133,5 +137,9 @@ class RolloutEngine(Protocol):
 
 def check_prompts(prompts: list[list[int]], sampling: SamplingParams) -> None:
     sampling.check()
+    if sampling.row_seeds is not None and len(sampling.row_seeds) != len(prompts) * sampling.n:
+        raise ValueError(
+            f"row_seeds has {len(sampling.row_seeds)} seeds for {len(prompts)} prompts x n={sampling.n} rows"
+        )
     if any(len(p) == 0 for p in prompts):
         raise UserError("Every prompt needs at least one token; found an empty prompt.")

@@ -16,6 +16,13 @@ When a vLLM release changes one of these, this is the only file to touch. Facts 
   id; the engine's own id adds a random suffix), and `llm_engine.step()` returns each request's output with
   `finished` set once it is final (what `LLM.generate` loops over internally), so finished requests can be handed
   on while the others still decode.
+- Tensor parallelism on CPU runs vLLM's multiprocess executor (workers spawned: the main module needs a
+  `__main__` guard) and binds each rank's OpenMP threads to the cores `VLLM_CPU_OMP_THREADS_BIND` lists ("0|1");
+  its automatic binding wants one NUMA node per rank, so or1 lists this process's cores split among the ranks.
+  Its ranks' all-reduce buffers (/dev/shm/vllm_dist_*-cpushm_<rank>, 4 MiB each) were left behind by one of two
+  test runs that ended the process with the engine still up.
+  vLLM caches its environment settings once an engine has started (`envs.enable_envs_cache`): a later engine in
+  the same process sees new ones only after `envs.disable_envs_cache()`.
 - Seeded requests on CPU fail when a prompt's prefill is split across scheduler steps (chunked prefill rewinds the
   request's generator, which CPU generators cannot do): on CPU whole prompts are scheduled.
 """
@@ -76,11 +83,23 @@ def start_engine(model_path: str, settings: EngineSettings) -> Any:
         # A prompt split across scheduler steps makes vLLM rewind the request's seeded generator, which CPU
         # generators cannot do ("CPU Generator does not use offset"): schedule whole prompts only.
         kwargs["enable_chunked_prefill"] = False
+        if settings.tensor_parallel_size > 1 and "VLLM_CPU_OMP_THREADS_BIND" not in os.environ:
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = cpu_thread_binding(settings.tensor_parallel_size)
+        # an engine started earlier in this process froze vLLM's view of the environment: read it again
+        getattr(vllm.envs, "disable_envs_cache", lambda: None)()
     set_num_threads = torch.set_num_threads
     try:
         return vllm.LLM(**kwargs)
     finally:
         torch.set_num_threads = set_num_threads
+
+
+def cpu_thread_binding(ranks: int) -> str:
+    """This process's cores split among `ranks` tensor-parallel ranks, as VLLM_CPU_OMP_THREADS_BIND reads them."""
+    cores = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else [0]
+    size = max(1, len(cores) // ranks)
+    groups = [cores[i * size : (i + 1) * size] or cores[-1:] for i in range(ranks)]
+    return "|".join(",".join(map(str, group)) for group in groups)
 
 
 def max_model_len(llm: Any) -> int:

@@ -65,7 +65,7 @@ class VLLMRolloutEngine:
                 top_p=sampling.top_p,
                 max_tokens=sampling.max_response_length,
                 stop_token_ids=stop,
-                seed=None if sampling.seed is None else sample_seed(sampling.seed, i),
+                seed=_row_seed(sampling, i),
                 logprobs=0,  # the sampled token's own log-prob
                 detokenize=False,
             )
@@ -104,6 +104,12 @@ def _finished_row(index: int, sample: Any) -> FinishedRow:
     ids = list(sample.token_ids)
     log_probs = [step[token].logprob for step, token in zip(sample.logprobs, ids, strict=True)]
     return FinishedRow(index, ids, sample.finish_reason == "length", log_probs)
+
+
+def _row_seed(sampling: SamplingParams, index: int) -> int | None:
+    if sampling.row_seeds is not None:
+        return sampling.row_seeds[index]
+    return None if sampling.seed is None else sample_seed(sampling.seed, index)
 
 
 def sample_seed(seed: int, index: int) -> int:

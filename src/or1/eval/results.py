@@ -1,9 +1,11 @@
 """summary.json and report.md of an evaluation run: the numbers, and everything needed to reproduce them.
 
 The summary records the model (path and content hash of its files), the data (source and hash, the date filter,
-the problem limit), the protocol and the sampling settings it resolved to, the seed, the engine, the or1 and
-library versions, and when the run started and finished. report.md is the same for humans: a headline table with
-95% bootstrap intervals, the settings, and the per-problem table.
+the problem limit), the protocol and the sampling settings it resolved to, the seed and how each sample's seed
+derives from it, the engine build (engine, library version, dtype, tensor parallelism), the replica layout, the
+or1 and library versions, and when the run started and finished. report.md is the same for humans: a headline
+table with 95% bootstrap intervals, the settings that decide whether two results compare (`or1.report.compare`),
+and the per-problem table.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from or1 import __version__
 from or1.eval.metrics import Metrics
 from or1.eval.samples import SampleRecord
 from or1.layout import REPORT_FILE, SUMMARY_FILE
+from or1.report.compare import SETTINGS, provenance
 
 # How to read the headline table; the definitions are those of or1.eval.metrics.
 METRIC_NOTES = (
@@ -73,15 +76,27 @@ def write_outputs(out: Path, summary: dict[str, Any], metrics: Metrics, records:
     (out / REPORT_FILE).write_text(render_markdown(summary, metrics))
 
 
+def _layout(layout: dict[str, Any] | None) -> str:
+    if not layout:
+        return "none (every sample was cached)"
+    threads = f", {layout['threads_per_replica']} threads each" if layout["threads_per_replica"] else ""
+    return (
+        f"{layout['replicas']} replica(s) x TP {layout['tensor_parallel_size']}{threads}, "
+        f"{layout['replicas_replaced']} replaced"
+    )
+
+
 def render_markdown(summary: dict[str, Any], metrics: Metrics) -> str:
     """The human report: headline metrics with intervals, settings, and one line per problem."""
     s = summary["sampling"]
+    settings = provenance(summary)
     lines = [
         f"# {summary['benchmark']}: {Path(summary['model']['path']).name}",
         "",
         f"{metrics.num_problems} problems x {metrics.samples_per_problem} samples, protocol `{s['protocol']}` "
         f"(T={s['temperature']}, top_p={s['top_p']}, max {s['max_tokens']} tokens, seed {s['seed']}), "
-        f"engine {summary['engine']}.",
+        f"engine {summary['engine']} ({settings['engine_version']}, {settings['dtype']}, tensor parallelism "
+        f"{settings['tensor_parallel_size']}).",
         "",
         "| metric | value | 95% CI |",
         "|---|---|---|",
@@ -100,6 +115,15 @@ def render_markdown(summary: dict[str, Any], metrics: Metrics) -> str:
         f"- data `{summary['data']['source']}` sha256 `{summary['data']['sha256']}`; date filter: {summary['data']['date_filter']}",
         f"- or1 {summary['environment']['or1']}; started {summary['started_at']}, finished {summary['finished_at']}",
         f"- `{summary['command']}`",
+        "",
+        "## Provenance",
+        "",
+        "Two results compare when the settings marked yes agree (`or1 report A B` checks them).",
+        "",
+        "| setting | value | must match |",
+        "|---|---|---|",
+        *[f"| {key} | {settings[key]} | {'yes' if blocks else 'no'} |" for key, blocks in SETTINGS],
+        f"| layout | {_layout(summary.get('layout'))} | no |",
         "",
         "## Per problem",
         "",

@@ -163,7 +163,10 @@ def eval_table(run: RunFiles) -> list[str]:
 
 
 def eval_gains(run: RunFiles) -> list[str]:
-    """One line per benchmark evaluated both at the base and at the final model: each estimate, base -> final."""
+    """One line per benchmark evaluated both at the base and at the final model: each estimate, base -> final,
+    and what makes the two incomparable when their settings differ (or1.report.compare)."""
+    from or1.report.compare import compare
+
     lines = []
     for benchmark in dict.fromkeys(e.benchmark for e in run.evals):
         evals = [e for e in run.evals if e.benchmark == benchmark]
@@ -177,5 +180,9 @@ def eval_gains(run: RunFiles) -> list[str]:
             for name, (value, _, _) in final.estimates.items()
             if name in base.estimates
         ]
-        lines.append(f"{benchmark}, base -> final: {'; '.join(parts)}")
+        line = f"{benchmark}, base -> final: {'; '.join(parts)}"
+        comparison = compare(base.summary, final.summary)
+        if not comparison.comparable:
+            line += f" ({comparison.describe()})"
+        lines.append(line)
     return lines

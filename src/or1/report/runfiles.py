@@ -61,6 +61,7 @@ class EvalRun:
     samples: int
     max_tokens: int | None
     estimates: dict[str, tuple[float, float, float]]  # name -> (value, ci_low, ci_high)
+    summary: dict[str, Any] = field(default_factory=dict)  # its summary.json (provenance: or1.report.compare)
 
 
 @dataclass
@@ -158,6 +159,7 @@ def read_evals(eval_dir: Path) -> list[EvalRun]:
                 samples=int(summary["metrics"].get("samples_per_problem", 0)),
                 max_tokens=(summary.get("sampling") or {}).get("max_tokens"),
                 estimates={k: (v["value"], v["ci_low"], v["ci_high"]) for k, v in estimates.items()},
+                summary=summary,
             )
         )
     return sorted(runs, key=_eval_order)
