@@ -78,6 +78,21 @@ VERL = [
     "actor.remove_padding=true",
     "algorithm.entropy.mode='off'",
 ]
+# Search-R1's train_grpo.sh (its GRPO runs of every model size differ only in the model and the GPUs)
+SEARCH_R1_GRPO = [
+    *VERL,
+    *SEARCH,
+    "data.max_prompt_length=4096",
+    "rollout.max_response_length=500",
+    "actor.micro_batch_size=8",
+    "algorithm.kl.enabled=true",
+    "actor.offload=true",
+    "rollout.tensor_parallel_size=1",
+    "rollout.gpu_memory_utilization=0.6",
+    "rollout.n=5",
+    "trainer.batch_size=512",
+    "actor.ppo_mini_batch_size=256",
+]
 
 
 @dataclass(frozen=True)
@@ -222,20 +237,7 @@ CASES = [
         True,
         QWEN_3B,
         "8xH100-80GB",
-        [
-            *VERL,
-            *SEARCH,
-            "data.max_prompt_length=4096",
-            "rollout.max_response_length=500",
-            "actor.micro_batch_size=8",
-            "algorithm.kl.enabled=true",
-            "actor.offload=true",
-            "rollout.tensor_parallel_size=1",
-            "rollout.gpu_memory_utilization=0.6",
-            "rollout.n=5",
-            "trainer.batch_size=512",
-            "actor.ppo_mini_batch_size=256",
-        ],
+        SEARCH_R1_GRPO,
     ),
     Case(
         "Search-R1 PPO Llama-3.2-3B, four GPUs",
@@ -290,20 +292,7 @@ CASES = [
         True,
         QWEN_14B,
         "8xH100-80GB",
-        [
-            *VERL,
-            *SEARCH,
-            "data.max_prompt_length=4096",
-            "rollout.max_response_length=500",
-            "actor.micro_batch_size=8",
-            "algorithm.kl.enabled=true",
-            "actor.offload=true",
-            "rollout.tensor_parallel_size=1",
-            "rollout.gpu_memory_utilization=0.6",
-            "rollout.n=5",
-            "trainer.batch_size=512",
-            "actor.ppo_mini_batch_size=256",
-        ],
+        SEARCH_R1_GRPO,
     ),
     Case(
         "Skywork-OR1 1.5B, 16K responses",
