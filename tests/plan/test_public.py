@@ -78,6 +78,20 @@ VERL = [
     "actor.remove_padding=true",
     "algorithm.entropy.mode='off'",
 ]
+# Skywork-OR1's run_ds_*.sh at 16K responses (the 1.5B and 7B scripts differ only in the model)
+SKYWORK_OR1_16K = [
+    *VERL,
+    "algorithm.entropy.mode=adaptive",
+    "data.max_prompt_length=2048",
+    "rollout.max_response_length=16384",
+    "actor.max_tokens_per_micro_batch=24000",
+    "actor.offload=true",
+    "rollout.tensor_parallel_size=1",
+    "rollout.gpu_memory_utilization=0.8",
+    "rollout.n=32",
+    "trainer.batch_size=16",
+    "actor.ppo_mini_batch_size=16",
+]
 # Search-R1's train_grpo.sh (its GRPO runs of every model size differ only in the model and the GPUs)
 SEARCH_R1_GRPO = [
     *VERL,
@@ -196,19 +210,7 @@ CASES = [
         True,
         QWEN_7B,
         "8xH800-80GB",
-        [
-            *VERL,
-            "algorithm.entropy.mode=adaptive",
-            "data.max_prompt_length=2048",
-            "rollout.max_response_length=16384",
-            "actor.max_tokens_per_micro_batch=24000",
-            "actor.offload=true",
-            "rollout.tensor_parallel_size=1",
-            "rollout.gpu_memory_utilization=0.8",
-            "rollout.n=32",
-            "trainer.batch_size=16",
-            "actor.ppo_mini_batch_size=16",
-        ],
+        SKYWORK_OR1_16K,
     ),
     Case(
         "DAPO Qwen2.5-32B, 20K responses, Ulysses 8, 16 nodes",
@@ -300,19 +302,7 @@ CASES = [
         True,
         DISTILL_1_5B,
         "8xH800-80GB",
-        [
-            *VERL,
-            "algorithm.entropy.mode=adaptive",
-            "data.max_prompt_length=2048",
-            "rollout.max_response_length=16384",
-            "actor.max_tokens_per_micro_batch=24000",
-            "actor.offload=true",
-            "rollout.tensor_parallel_size=1",
-            "rollout.gpu_memory_utilization=0.8",
-            "rollout.n=32",
-            "trainer.batch_size=16",
-            "actor.ppo_mini_batch_size=16",
-        ],
+        SKYWORK_OR1_16K,
     ),
     Case(
         "verl PPO deepseek-llm-7b-chat GSM8K, a 7B critic beside the actor",
