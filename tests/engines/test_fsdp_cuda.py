@@ -1,6 +1,6 @@
 """The FSDP2 engine on one CUDA GPU (marked gpu; skipped without CUDA): bf16 mixed precision with float32 master
-weights and reduction, the offload hand-off, FSDP2's CPUOffloadPolicy, activation checkpointing. Never run so far:
-no GPU was available where this was written (README, "The GPU path")."""
+weights and reduction, the offload hand-off, FSDP2's CPUOffloadPolicy, activation checkpointing. Passed on one H200
+with torch 2.11 (README, "The GPU path")."""
 
 from __future__ import annotations
 
@@ -56,11 +56,14 @@ def test_offload_moves_parameters_and_optimizer_state_to_the_host_and_back(one_r
     engine = FSDPTrainEngine(model_dir, cuda_settings(offload=True))
     step(engine)  # the optimizer state exists from here on
     held = torch.cuda.memory_allocated()
+    states = [v for s in engine.optimizer.state.values() for k, v in s.items() if k != "step"]
+    moving = sum(t.numel() * t.element_size() for t in [*engine.model.parameters(), *states])  # one rank: all
     engine.offload()
     assert all(p.device.type == "cpu" for p in engine.model.parameters())
     states = [v for s in engine.optimizer.state.values() for k, v in s.items() if k != "step"]
     assert states and all(v.device.type == "cpu" for v in states)
-    assert torch.cuda.memory_allocated() < held / 2
+    # the GPU gives back the shards and the optimizer state (not cuBLAS's workspace, which outweighs the tiny model)
+    assert held - torch.cuda.memory_allocated() >= moving
     engine.onload()
     assert all(p.device.type == "cuda" for p in engine.model.parameters())
     assert all(

@@ -20,6 +20,7 @@ so transformers builds no mask for it); Ulysses (`ulysses.py`) calls `attend` be
 
 from __future__ import annotations
 
+import inspect
 import warnings
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -136,19 +137,19 @@ def flash_attention(
     from torch.nn.attention.varlen import varlen_attn
 
     cu = segments.cu_seqlens_on(query.device)
+    grouped = {}
+    if (
+        repeat := query.shape[0] // key.shape[0]
+    ) > 1:  # grouped-query: each key-value head serves `repeat` heads
+        if "enable_gqa" in inspect.signature(varlen_attn).parameters:
+            grouped = {"enable_gqa": True}
+        else:  # torch < 2.13's kernel takes as many key-value heads as query heads
+            key, value = key.repeat_interleave(repeat, dim=0), value.repeat_interleave(repeat, dim=0)
     q, k, v = (t.transpose(0, 1).contiguous() for t in (query, key, value))  # [T, heads, d]
+    longest = segments.longest
     out = varlen_attn(
-        q,
-        k,
-        v,
-        cu,
-        cu,
-        segments.longest,
-        segments.longest,
-        scale=scale,
-        window_size=(-1, 0),  # causal
-        enable_gqa=q.shape[1] != k.shape[1],
-    )
+        q, k, v, cu, cu, longest, longest, scale=scale, window_size=(-1, 0), **grouped
+    )  # causal
     return out.transpose(0, 1)
 
 
