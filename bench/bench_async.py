@@ -4,17 +4,16 @@ Usage (from the repository root, after `or1 init-model` / `or1 prepare-data` mad
     .venv/bin/python bench/bench_async.py [--steps 30] [--warmup 5] [--rounds 2]
 
 Settings of stage 1 of stages/tiny.yaml through the real command line, in turns, each with token-level TIS (the
-correction k > 0 requires and every GPU recipe runs, so only the placement and k differ):
+correction k > 0 requires and every GPU recipe runs, so only the placement and k differ; one optimizer step per
+batch, so every setting's update takes its old log-probs and weights from its own forward):
 - colocated: today's synchronous recipe (2 data-parallel ranks, each samples then trains);
 - separate k=0: one rollout replica process and one trainer process, one core each, synchronous (the replica
   samples while the trainer waits, then the trainer trains while the replica waits);
 - separate k=1: the same placement with rollout.max_staleness 1 (the replica samples step s+1 while the trainer trains
-  step s);
-- separate k=0, no correction: k=0 as the tiny recipe would run it (float32 on both sides needs no correction), which
-  takes its old log-probs from the update's own forward and so skips a pass that k=1 cannot.
+  step s).
 Validation and checkpoints are off; a step's time is the loop's own time/step (from taking the step's batch to the end
 of its update). The medians after the warm-up steps give steps per minute, and the last lines the ratios in this run:
-k=1 / k=0 on the same placement and objective (target >= 1.5), k=1 / k=0 without a correction, k=1 / colocated.
+k=1 / k=0 on the same placement and objective (target >= 1.5), k=1 / colocated.
 """
 
 from __future__ import annotations
@@ -34,7 +33,6 @@ SETTINGS = {
     "colocated": TIS,
     "separate k=0": [*SEPARATE, *TIS],
     "separate k=1": [*SEPARATE, *TIS, "rollout.max_staleness=1"],
-    "separate k=0, no correction": SEPARATE,
 }
 
 
@@ -87,9 +85,6 @@ def main() -> None:
     same = per_min["separate k=1"] / per_min["separate k=0"]
     print(
         f"\nk=1 / k=0, separate placement: {same:.2f}x steps/min (target >= 1.5: {'met' if same >= 1.5 else 'NOT met'})"
-    )
-    print(
-        f"k=1 / k=0 without a correction: {per_min['separate k=1'] / per_min['separate k=0, no correction']:.2f}x"
     )
     print(f"k=1 / colocated synchronous: {per_min['separate k=1'] / per_min['colocated']:.2f}x steps/min")
     print(json.dumps({"steps_per_min": per_min, "k1_over_k0": same}))

@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from gloo_ranks import spawn_ranks
 from or1.algos.losses import LossConfig, token_log_probs
+from or1.algos.rollout_correction import CorrectionSettings, correct
 from or1.engines.fsdp_actor import FSDPTrainEngine
 from or1.engines.loading import load_causal_lm
 from or1.engines.train_settings import TrainSettings
@@ -243,3 +244,52 @@ def test_an_on_policy_update_keeps_the_old_log_probs_of_its_own_rows(
         before, kept = torch.load(tmp_path / f"rank{rank}.pt")
         assert kept.shape == before.shape == (4, RESPONSE_W)
         torch.testing.assert_close(kept, before, atol=1e-5, rtol=0)
+
+
+def _weighted_rank(rank: int, world: int, init_file: str, model_dir: str, sp: int, out_dir: str) -> None:
+    """The same step twice from the same weights: importance weights from a separate log-prob pass, and from the
+    on-policy update's own forward."""
+    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
+    torch.set_num_threads(1)
+    settings = TrainSettings(lr=LR, micro_batch_size=3, sequence_parallel_size=sp)
+    g = torch.Generator().manual_seed(1)
+    batch = make_batch(8).chunk(world)[rank]
+    results = {}
+    for level in ("token", "sequence"):
+        correction = CorrectionSettings(is_level=level, is_cap=1.5)
+        loss = LossConfig(correction=correction)
+        separate = FSDPTrainEngine(model_dir, settings)
+        old = separate.log_probs(batch, temperature=1.0).tensors["log_probs"]
+        mask = batch.tensors["response_mask"]
+        # a sampler that disagrees with the actor by up to ~0.3 nats a token: weights on both sides of the cap
+        rollout = (old + 0.3 * torch.randn(old.shape, generator=g)) * mask
+        weights = correct(old, rollout, mask, correction)[0]
+        given = batch.drop(["old_log_probs"]).union(
+            Batch({"old_log_probs": old, "rollout_is_weights": weights})
+        )
+        metrics = {"separate": separate.train_step(given, loss, temperature=1.0)}
+        fused = FSDPTrainEngine(model_dir, settings)
+        own = batch.drop(["old_log_probs"]).union(Batch({"rollout_log_probs": rollout}))
+        metrics["fused"] = fused.train_step(own, loss, temperature=1.0)
+        params = {
+            name: {n: t.clone() for n, t in engine.named_full_params()}
+            for name, engine in (("separate", separate), ("fused", fused))
+        }
+        results[level] = (metrics, params, float((weights == 1.5).float().sum()), float((weights < 1).sum()))
+    torch.save(results, Path(out_dir) / f"weighted{rank}.pt")
+
+
+@pytest.mark.parametrize("sp", [1, 2])
+def test_an_on_policy_update_weighs_tokens_like_a_separate_pass(tmp_path: Path, model_dir: Path, sp: int):
+    """Truncated importance sampling without the old-log-prob pass: the fused update's weights, computed from its
+    own forward, train exactly like the controller's from a separate pass (token and sequence level; 2 ranks, data
+    or sequence parallel)."""
+    spawn_ranks(_weighted_rank, 2, str(tmp_path / "pg"), str(model_dir), sp, str(tmp_path))
+    results = torch.load(tmp_path / "weighted0.pt", weights_only=False)
+    for level, (metrics, params, capped, below) in results.items():
+        assert capped > 0 and below > 0, level  # the cap and the ratio both shaped the loss
+        assert metrics["fused"]["pg_loss"] == pytest.approx(
+            metrics["separate"]["pg_loss"], rel=1e-5, abs=1e-7
+        )
+        for name, value in params["separate"].items():
+            torch.testing.assert_close(params["fused"][name], value, atol=1e-6, rtol=0)

@@ -19,7 +19,7 @@ RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 STEPS = 3
 
 
-def train(run_dir: Path, model_dir: Path, data_dir: Path, old_log_prob: str) -> None:
+def train(run_dir: Path, model_dir: Path, data_dir: Path, old_log_prob: str, correction: str) -> None:
     sets = tiny_run(
         model_dir,
         data_dir / "train.parquet",
@@ -31,6 +31,7 @@ def train(run_dir: Path, model_dir: Path, data_dir: Path, old_log_prob: str) -> 
         "algorithm.entropy.init_coef=0.002",
         "algorithm.entropy.target=5.0",
         f"actor.old_log_prob={old_log_prob}",
+        f"algorithm.rollout_correction.is_level='{correction}'",  # quoted: YAML reads a bare off as false
     )
     cmd = [sys.executable, "-m", "or1.cli", "train", "--recipe", RECIPE, "--run-dir", str(run_dir)]
     done = subprocess.run(
@@ -44,16 +45,18 @@ def train(run_dir: Path, model_dir: Path, data_dir: Path, old_log_prob: str) -> 
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("correction", ["off", "token"])  # token: TIS's weights from the update's own forward
 def test_the_fused_pass_trains_like_the_separate_one(
-    tmp_path: Path, tiny_model_dir: Path, tiny_data_dir: Path
+    tmp_path: Path, tiny_model_dir: Path, tiny_data_dir: Path, correction: str
 ):
     for mode in ("auto", "recompute"):
-        train(tmp_path / mode, tiny_model_dir, tiny_data_dir, mode)
+        train(tmp_path / mode, tiny_model_dir, tiny_data_dir, mode, correction)
     fused, separate = metrics(tmp_path / "auto"), metrics(tmp_path / "recompute")
     assert [r["step"] for r in fused] == [r["step"] for r in separate] == list(range(1, STEPS + 1))
     for a, b in zip(fused, separate, strict=True):
         assert a.keys() == b.keys()
         assert a["entropy/alpha"] > 0  # the entropy bonus was in the loss
+        assert ("mismatch/is_weight_mean" in a) == (correction != "off")
         for key, value in b.items():
             assert a[key] == pytest.approx(value, rel=1e-3, abs=1e-5), (a["step"], key)
     for name, has_pass in (("auto", False), ("recompute", True)):

@@ -122,9 +122,14 @@ def test_the_old_log_prob_pass_is_fused_only_where_it_is_exact() -> None:
     assert fuses(["rollout.top_p=0.9"])  # repository timing: alpha_k does not depend on e_k
     assert not fuses(["rollout.engine=vllm", "rollout.temperature=0.8"], paper)
     assert fuses(["rollout.engine=vllm"], paper)
-    # a rollout correction weighs the update by pi_old / pi_sampler: pi_old is needed before the update
-    assert not fuses(["algorithm.rollout_correction.is_level=token"])
+    # truncated importance weights pi_old / pi_sampler come from the update's own forward, row by row; rejection
+    # changes the loss's token count, which the update needs before its first micro-batch
+    assert fuses(["algorithm.rollout_correction.is_level=token"])
+    assert fuses(["algorithm.rollout_correction.is_level=sequence"])
     assert not fuses(["algorithm.rollout_correction.rejection=geometric"])
+    assert not fuses(
+        ["algorithm.rollout_correction.is_level=token", "algorithm.rollout_correction.rejection=token"]
+    )
 
 
 def test_dapo_overlong_penalty_adds_to_the_truncation_policy() -> None:

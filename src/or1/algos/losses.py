@@ -18,6 +18,7 @@ from torch.utils.checkpoint import checkpoint
 
 from or1.algos.aggregation import LOG_RATIO_BOUND, AggMode, aggregate, masked, masked_mean
 from or1.algos.policy_losses import POLICY_LOSSES, PolicyLossName
+from or1.algos.rollout_correction import CorrectionSettings
 
 if TYPE_CHECKING:
     from or1.config.schema import RunConfig
@@ -117,6 +118,9 @@ class LossConfig:
     norm_length: float | None = None  # seq-mean-token-sum-norm's constant: the response budget
     kl_coef: float = 0.0  # 0 disables the KL loss term (also when the KL goes into the reward instead)
     kl_kind: KLKind = "k3"
+    # algorithm.rollout_correction: an on-policy update (no old log-probs given) computes its truncated importance
+    # weights from its own forward and the sampler's log-probs; a given update gets them as a column
+    correction: CorrectionSettings = CorrectionSettings()
 
     @classmethod
     def from_config(cls, run_config: RunConfig) -> LossConfig:
@@ -132,6 +136,7 @@ class LossConfig:
             norm_length=float(run_config.rollout.max_response_length),
             kl_coef=kl.coef if use_kl_loss else 0.0,
             kl_kind=kl.kind,
+            correction=CorrectionSettings.from_config(run_config.algorithm.rollout_correction),
         )
 
     @property

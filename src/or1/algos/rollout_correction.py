@@ -50,6 +50,11 @@ class CorrectionSettings:
     def lower(self) -> float:
         return 1.0 / self.rejection_upper if self.rejection_lower is None else self.rejection_lower
 
+    @classmethod
+    def from_config(cls, c) -> CorrectionSettings:
+        """From algorithm.rollout_correction (config.schema.RolloutCorrectionConfig)."""
+        return cls(c.is_level, c.is_cap, c.rejection, c.rejection_upper, c.rejection_lower)
+
 
 def log_ratio(old_log_probs: Tensor, rollout_log_probs: Tensor, mask: Tensor) -> Tensor:
     """log rho = log pi_old - log pi_sampler per token [B, T], 0 outside the mask."""
@@ -94,18 +99,33 @@ def correct(
     weights = None
     if settings.is_level != "off":
         metrics.update(_ratio_metrics(lr, mask_b, settings.is_level))
-        if settings.is_level == "token":
-            bounded = lr.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
-        else:
-            seq = sequence_log_ratio(lr, mask, geometric=False).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
-            bounded = seq[:, None].expand_as(lr)
-        raw = torch.exp(bounded)
+        raw = torch.exp(_bounded_weight_log(lr, mask, settings.is_level))
         weights = masked(raw.clamp(max=settings.is_cap), keep)
         kept = keep.sum().clamp(min=1)
         metrics["is_weight_mean"] = float(weights.sum() / kept)
         metrics["is_weight_max"] = float(weights.max()) if keep.any() else 0.0
         metrics["is_truncated_frac"] = float(((raw > settings.is_cap) & keep).sum() / kept)
     return weights, keep.to(mask.dtype), metrics
+
+
+def importance_weights(
+    old_log_probs: Tensor, rollout_log_probs: Tensor, mask: Tensor, settings: CorrectionSettings
+) -> Tensor:
+    """TIS's truncated weights [B, T] alone, as `correct` gives them without rejection: what an on-policy update
+    computes from its own forward (rows whole, so a sequence's product stays within its micro-batch)."""
+    lr = log_ratio(old_log_probs, rollout_log_probs, mask)
+    return masked(
+        torch.exp(_bounded_weight_log(lr, mask, settings.is_level)).clamp(max=settings.is_cap), mask
+    )
+
+
+def _bounded_weight_log(token_log_ratio: Tensor, mask: Tensor, level: ISLevel) -> Tensor:
+    """Each token's log-weight before truncation, bounded to +-LOG_RATIO_BOUND: its own log rho_t (token level)
+    or its response's sum (sequence level)."""
+    if level == "token":
+        return token_log_ratio.clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    seq = sequence_log_ratio(token_log_ratio, mask, geometric=False).clamp(-LOG_RATIO_BOUND, LOG_RATIO_BOUND)
+    return seq[:, None].expand_as(token_log_ratio)
 
 
 def _ratio_metrics(token_log_ratio: Tensor, mask: Tensor, level: ISLevel) -> dict[str, float]:

@@ -215,9 +215,9 @@ class ActorConfig(OptimConfig):
     old_log_prob: Literal["auto", "recompute"] = Field(
         "auto",
         description="auto: when a batch gets exactly one optimizer step (ppo_mini_batch_size = batch_size, one "
-        "epoch, no KL in the reward, no algorithm.rollout_correction), the update's own forward gives the old "
-        "log-probs (detached: ratio 1, the same "
-        "loss and gradient), the entropy metrics and the entropy controller's e_k, saving a forward pass. Only where "
+        "epoch, no KL in the reward, no algorithm.rollout_correction rejection), the update's own forward gives the "
+        "old log-probs (detached: ratio 1, the same loss and gradient; truncated importance weights from them and "
+        "the sampler's log-probs), the entropy metrics and the entropy controller's e_k, saving a forward pass. Only where "
         "a step's entropy-bonus weight depends on its own e_k (entropy timing paper, coefficient > 0) is that "
         "weight's on/off switch read from the sampler's log-probs of the same tokens (the same weights: equal to "
         "the actor's to ~1e-6 with the hf engine, ~1e-4 with vllm), which can differ only when e_k is that close "
@@ -283,8 +283,9 @@ class RolloutCorrectionConfig(Section):
 
     rho_t = pi_old(y_t) / pi_sampler(y_t): the actor's probability of a sampled token over the rollout engine's.
     The mismatch metrics (`mismatch/*`) are logged every step whether or not a correction is on, over every loss
-    token (rejected ones too). A correction needs the actor's old log-probs before the update, so it runs the
-    separate old-log-prob pass (actor.old_log_prob auto then does not fuse it into the update).
+    token (rejected ones too). Rejection needs the actor's old log-probs before the update, so it runs the
+    separate old-log-prob pass (actor.old_log_prob auto then does not fuse it into the update); truncated
+    importance sampling alone does not: a fused update computes the weights from its own forward.
     """
 
     is_level: Literal["off", "token", "sequence"] = Field(

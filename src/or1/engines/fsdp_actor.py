@@ -13,6 +13,7 @@ import torch.distributed as dist
 
 from or1.algos.aggregation import masked_mean
 from or1.algos.losses import LossConfig, entropy_from_logits, policy_loss, token_log_probs
+from or1.algos.rollout_correction import importance_weights
 from or1.engines.fsdp import FSDPEngine
 from or1.engines.loading import load_causal_lm
 from or1.engines.train_settings import DTYPES, TrainSettings
@@ -25,6 +26,7 @@ from or1.hybrid.columns import (
     OLD_LOG_PROBS,
     REF_LOG_PROBS,
     RESPONSE_MASK,
+    ROLLOUT_LOG_PROBS,
 )
 
 
@@ -88,12 +90,19 @@ class FSDPTrainEngine(FSDPEngine):
         full-vocabulary `entropy` metric is then computed here in its place. The metric `sampled_entropy` is the
         mean negative log-prob of the loss tokens under the weights before the step (the entropy controller's e_k).
         On-policy, those old log-probs [B, R] are kept in `on_policy_log_probs` (the sampler-mismatch metrics read
-        them); an `rollout_is_weights` column multiplies each token's policy-gradient loss.
+        them). A `rollout_is_weights` column multiplies each token's policy-gradient loss; on-policy with
+        `loss_cfg.correction`'s importance sampling on, the weights come from this forward and a `rollout_log_probs`
+        column instead (`rollout_correction.importance_weights`: what `correct` gives from a separate pass).
         """
         on_policy = OLD_LOG_PROBS not in batch.tensors
         if on_policy and (self.settings.mini_batches, self.settings.epochs) != (1, 1):
             raise ValueError(
                 "train_step without old_log_probs needs one mini-batch and one epoch (an on-policy update)"
+            )
+        weigh = on_policy and loss_cfg.correction.is_level != "off"
+        if on_policy and loss_cfg.correction.rejection != "off":
+            raise ValueError(
+                "an on-policy update cannot reject tokens: rejection needs the old log-probs first"
             )
         # the full-vocabulary entropy costs a pass over the logits; its graph only when it is in the loss
         need_entropy = entropy_coef != 0.0 or on_policy
@@ -104,6 +113,11 @@ class FSDPTrainEngine(FSDPEngine):
             current = log_probs.detach()
             if on_policy:
                 old_parts.append(current.cpu())
+            is_weights = micro.get(IS_WEIGHTS)
+            if weigh:
+                is_weights = importance_weights(
+                    current, micro[ROLLOUT_LOG_PROBS], micro[RESPONSE_MASK], loss_cfg.correction
+                )
             loss, metrics = policy_loss(
                 log_probs,
                 current if on_policy else micro[OLD_LOG_PROBS],
@@ -113,7 +127,7 @@ class FSDPTrainEngine(FSDPEngine):
                 entropy=entropy,
                 entropy_coef=entropy_coef,
                 ref_log_probs=micro.get(REF_LOG_PROBS),
-                is_weights=micro.get(IS_WEIGHTS),
+                is_weights=is_weights,
                 num_tokens=num_tokens,
                 num_seqs=num_seqs,
             )

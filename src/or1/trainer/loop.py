@@ -21,6 +21,7 @@ from or1.hybrid.columns import (
     OLD_LOG_PROBS,
     REF_LOG_PROBS,
     RESPONSE_MASK,
+    ROLLOUT_LOG_PROBS,
     SEQUENCE_COLUMNS,
     UPDATE_COLUMNS,
 )
@@ -145,11 +146,16 @@ def train_step(
             batch = batch.union(t.critic.compute_values(batch.only(SEQUENCE_COLUMNS)))
     batch = add_advantages(batch, algo)
     loss_mask = batch.tensors[RESPONSE_MASK]  # before rejection: the mismatch metrics see every loss token
-    batch, correction = rollout_correction(batch, algo)  # sampler unlike trainer: IS weights, rejection
+    if not old.fused:  # sampler unlike trainer: IS weights, rejection
+        batch, correction = rollout_correction(batch, algo)
     alpha = old.entropy_coef(t, batch)
     with timer("update"):
         update = t.actor.update_actor(batch.only(old.update_columns(cfg, batch)), entropy_coef=alpha)[0]
         batch = old.after_update(t, batch, update, alpha)
+    if (
+        old.fused
+    ):  # the update weighed its tokens from its own forward: the same weights again, for the metrics
+        batch, correction = rollout_correction(batch, algo)
     critic = {}
     if t.critic is not None:
         with timer("critic_update"):
@@ -229,6 +235,8 @@ class OldLogProbs:
         kl = cfg.algorithm.kl
         columns = tuple(c for c in UPDATE_COLUMNS if not (self.fused and c == OLD_LOG_PROBS))
         columns = (*columns, IS_WEIGHTS) if IS_WEIGHTS in batch else columns
+        if self.fused and cfg.algorithm.rollout_correction.is_level != "off":
+            columns = (*columns, ROLLOUT_LOG_PROBS)  # the update computes its importance weights itself
         return (*columns, REF_LOG_PROBS) if kl.enabled and not kl.in_reward else columns
 
 

@@ -116,15 +116,10 @@ def add_advantages(batch: Batch, algorithm: AlgorithmConfig) -> Batch:
     return batch.union(Batch({ADVANTAGES: advantages, RETURNS: returns}))
 
 
-def correction_settings(algorithm: AlgorithmConfig) -> CorrectionSettings:
-    c = algorithm.rollout_correction
-    return CorrectionSettings(c.is_level, c.is_cap, c.rejection, c.rejection_upper, c.rejection_lower)
-
-
 def rollout_correction(batch: Batch, algorithm: AlgorithmConfig) -> tuple[Batch, dict[str, float]]:
     """The importance weights (`rollout_is_weights`) and the loss mask after rejection, from the old log-probs and
     the sampler's; unchanged when algorithm.rollout_correction is off. Metrics under mismatch/."""
-    settings = correction_settings(algorithm)
+    settings = CorrectionSettings.from_config(algorithm.rollout_correction)
     if not settings.enabled:
         return batch, {}
     weights, mask, metrics = correct(
@@ -164,8 +159,9 @@ def rollout_entropy(batch: Batch) -> float:
 def fuses_old_log_prob(cfg: RunConfig, entropy: AdaptiveEntropyController) -> bool:
     """Whether this step's update takes its old log-probs from its own forward (actor.old_log_prob auto).
 
-    Needs one optimizer step per batch, no KL in the reward and no rollout correction (both read the old log-probs
-    before the update) and the
+    Needs one optimizer step per batch, no KL in the reward and no rollout-correction rejection (both read the old
+    log-probs before the update: rejection changes the loss's token count, which the update's micro-batches need
+    first; truncated importance weights the update computes itself, row by row) and the
     step's entropy weight before the update: exact unless it depends on e_k (`alpha_needs_estimate`), where the
     switch reads the sampler's log-probs, but only when those are of the training distribution (top_p 1; vLLM's
     are of the unscaled logits, so also temperature 1).
@@ -174,7 +170,7 @@ def fuses_old_log_prob(cfg: RunConfig, entropy: AdaptiveEntropyController) -> bo
     one_step = actor.ppo_epochs == 1 and cfg.trainer.batch_size // actor.ppo_mini_batch_size <= 1
     if actor.old_log_prob != "auto" or not one_step or (kl.enabled and kl.in_reward):
         return False
-    if correction_settings(cfg.algorithm).enabled:
+    if cfg.algorithm.rollout_correction.rejection != "off":
         return False
     sampler_matches = rollout.top_p == 1.0 and (rollout.engine == "hf" or rollout.temperature == 1.0)
     return sampler_matches or not entropy.alpha_needs_estimate

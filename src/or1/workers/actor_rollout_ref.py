@@ -28,6 +28,7 @@ from or1.hybrid.columns import (
     LOG_PROBS,
     OLD_LOG_PROBS,
     REF_LOG_PROBS,
+    ROLLOUT_LOG_PROBS,
     SEQUENCE_COLUMNS,
 )
 from or1.hybrid.dispatch import Dispatch, register
@@ -136,9 +137,11 @@ class ActorRolloutRefWorker(RolloutRole, Worker):
     def update_actor(self, batch: Batch, entropy_coef: float = 0.0) -> dict[str, float]:
         """One PPO-clip update on this rank's share; returns metrics already averaged over all ranks.
 
-        Without `old_log_probs` the update is on-policy and takes them from its own forward (actor.old_log_prob).
+        Without `old_log_probs` the update is on-policy and takes them from its own forward (actor.old_log_prob),
+        and its importance weights from them and `rollout_log_probs` (algorithm.rollout_correction).
         """
-        columns = [*SEQUENCE_COLUMNS, ADVANTAGES, *(c for c in (OLD_LOG_PROBS, IS_WEIGHTS) if c in batch)]
+        given = (OLD_LOG_PROBS, IS_WEIGHTS, ROLLOUT_LOG_PROBS)
+        columns = [*SEQUENCE_COLUMNS, ADVANTAGES, *(c for c in given if c in batch)]
         if self.loss_cfg.needs_ref:
             columns.append(REF_LOG_PROBS)
         self.weights_version += 1
