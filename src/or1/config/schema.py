@@ -217,9 +217,9 @@ class ActorConfig(OptimConfig):
         description="auto: when a batch gets exactly one optimizer step (ppo_mini_batch_size = batch_size, one "
         "epoch, no KL in the reward, no algorithm.rollout_correction rejection), the update's own forward gives the "
         "old log-probs (detached: ratio 1, the same loss and gradient; truncated importance weights from them and "
-        "the sampler's log-probs), the entropy metrics and the entropy controller's e_k, saving a forward pass. Only where "
-        "a step's entropy-bonus weight depends on its own e_k (entropy timing paper, coefficient > 0) is that "
-        "weight's on/off switch read from the sampler's log-probs of the same tokens (the same weights: equal to "
+        "the sampler's log-probs), the entropy metrics and the entropy controller's e_k, saving a forward pass. "
+        "Only where a step's entropy-bonus weight depends on its own e_k (entropy timing paper, coefficient > 0) is "
+        "that weight's on/off switch read from the sampler's log-probs of the same tokens (the same weights: equal to "
         "the actor's to ~1e-6 with the hf engine, ~1e-4 with vllm), which can differ only when e_k is that close "
         "to the target; with top_p < 1 (or vllm at temperature != 1), whose log-probs are of another distribution, "
         "such a step runs the separate pass. recompute: always the separate pass, e_k always from it.",

@@ -138,18 +138,16 @@ def flash_attention(
 
     cu = segments.cu_seqlens_on(query.device)
     grouped = {}
-    if (
-        repeat := query.shape[0] // key.shape[0]
-    ) > 1:  # grouped-query: each key-value head serves `repeat` heads
-        if "enable_gqa" in inspect.signature(varlen_attn).parameters:
-            grouped = {"enable_gqa": True}
-        else:  # torch < 2.13's kernel takes as many key-value heads as query heads
-            key, value = key.repeat_interleave(repeat, dim=0), value.repeat_interleave(repeat, dim=0)
+    repeat = query.shape[0] // key.shape[0]  # grouped-query attention: query heads per key-value head
+    if repeat > 1 and "enable_gqa" in inspect.signature(varlen_attn).parameters:
+        grouped = {"enable_gqa": True}
+    elif repeat > 1:  # torch 2.11's kernel (seen on an H200) takes as many key-value heads as query heads
+        key, value = key.repeat_interleave(repeat, dim=0), value.repeat_interleave(repeat, dim=0)
     q, k, v = (t.transpose(0, 1).contiguous() for t in (query, key, value))  # [T, heads, d]
-    longest = segments.longest
+    causal = (-1, 0)
     out = varlen_attn(
-        q, k, v, cu, cu, longest, longest, scale=scale, window_size=(-1, 0), **grouped
-    )  # causal
+        q, k, v, cu, cu, segments.longest, segments.longest, scale=scale, window_size=causal, **grouped
+    )
     return out.transpose(0, 1)
 
 
