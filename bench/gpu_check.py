@@ -315,9 +315,8 @@ def rollout_phase(
     actor.onload()
     sync(device)
     onload_s = time.perf_counter() - start
-    start = (
-        time.perf_counter()
-    )  # again: a run's later steps reuse the pinned host memory the first offload took
+    # again: a run's later steps reuse the pinned host memory the first offload took
+    start = time.perf_counter()
     actor.offload()
     again_s = time.perf_counter() - start
     actor.onload()

@@ -34,6 +34,11 @@ def cuda_settings(**extra) -> TrainSettings:
     return TrainSettings(device="cuda:0", mixed_precision="bfloat16", lr=1e-3, micro_batch_size=4, **extra)
 
 
+def optimizer_state(engine: FSDPTrainEngine) -> list[torch.Tensor]:
+    """Adam's moment tensors (its step counter stays on the host)."""
+    return [v for s in engine.optimizer.state.values() for k, v in s.items() if k != "step"]
+
+
 def step(engine: FSDPTrainEngine) -> dict[str, float]:
     return engine.train_step(make_batch(8), LossConfig(), temperature=1.0)
 
@@ -56,19 +61,16 @@ def test_offload_moves_parameters_and_optimizer_state_to_the_host_and_back(one_r
     engine = FSDPTrainEngine(model_dir, cuda_settings(offload=True))
     step(engine)  # the optimizer state exists from here on
     held = torch.cuda.memory_allocated()
-    states = [v for s in engine.optimizer.state.values() for k, v in s.items() if k != "step"]
-    moving = sum(t.numel() * t.element_size() for t in [*engine.model.parameters(), *states])  # one rank: all
+    moving = sum(t.numel() * t.element_size() for t in [*engine.model.parameters(), *optimizer_state(engine)])
     engine.offload()
     assert all(p.device.type == "cpu" for p in engine.model.parameters())
-    states = [v for s in engine.optimizer.state.values() for k, v in s.items() if k != "step"]
+    states = optimizer_state(engine)
     assert states and all(v.device.type == "cpu" for v in states)
     # the GPU gives back the shards and the optimizer state (not cuBLAS's workspace, which outweighs the tiny model)
     assert held - torch.cuda.memory_allocated() >= moving
     engine.onload()
     assert all(p.device.type == "cuda" for p in engine.model.parameters())
-    assert all(
-        v.device.type == "cuda" for s in engine.optimizer.state.values() for k, v in s.items() if k != "step"
-    )
+    assert all(v.device.type == "cuda" for v in optimizer_state(engine))
     assert torch.isfinite(torch.tensor(step(engine)["grad_norm"]))
 
 

@@ -152,9 +152,8 @@ def train_step(
     with timer("update"):
         update = t.actor.update_actor(batch.only(old.update_columns(cfg, batch)), entropy_coef=alpha)[0]
         batch = old.after_update(t, batch, update, alpha)
-    if (
-        old.fused
-    ):  # the update weighed its tokens from its own forward: the same weights again, for the metrics
+    if old.fused:
+        # the update weighed its tokens from its own forward: the same weights again, for the metrics
         batch, correction = rollout_correction(batch, algo)
     critic = {}
     if t.critic is not None:
