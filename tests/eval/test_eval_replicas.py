@@ -96,14 +96,13 @@ def test_a_replica_killed_mid_evaluation_is_replaced_and_every_sample_is_scored_
         real_init(self, *args, **kwargs)
         pools.append(self)
 
-    def record(
-        self, positions, completions
-    ):  # after the first chunk: kill the replica with the most work left
+    def record(self, positions, completions):  # after the first chunk: kill the actor, its work unfinished
         if not getattr(self, "killed", False):
             self.killed = True
-            busiest = max(pools[0].replicas, key=lambda r: r.outstanding)
-            assert busiest.outstanding > 0
-            ray.kill(busiest.handle, no_restart=True)
+            actors = [r for r in pools[0].replicas if r.handle is not None]
+            assert len(actors) == 1  # the other replica samples in this process
+            assert actors[0].outstanding > 0
+            ray.kill(actors[0].handle, no_restart=True)
         real_record(self, positions, completions)
 
     monkeypatch.setattr(replicas.ReplicaPool, "__init__", init)
@@ -115,14 +114,24 @@ def test_a_replica_killed_mid_evaluation_is_replaced_and_every_sample_is_scored_
     assert summary["samples_generated"] == 12 and summary["metrics"]["num_problems"] == 4
 
 
-class FakeActor:
-    """A replica handle whose `generate.remote` records the chunk and returns a token for it."""
+def test_an_actor_that_cannot_start_is_a_one_line_error_not_a_death(tmp_path: Path) -> None:
+    from or1.engines.rollout import EngineSettings
+    from or1.eval.generation import engine_build
+    from or1.eval.protocols import resolve_sampling
+    from or1.hybrid.cluster import ray_session
 
-    def __init__(self) -> None:
-        self.generate = self
-
-    def remote(self, requests: list) -> object:
-        return object()
+    sampling = resolve_sampling("skywork", "math", seed=0, n=1, max_tokens=8)
+    settings, layout = EngineSettings(seed=0), Layout(1, 1, 0, 1)
+    with ray_session(None, num_cpus=1):
+        pool = replicas.ReplicaPool(
+            "hf", tmp_path / "missing", sampling, settings, layout, expected=engine_build("hf", settings)
+        )
+        try:
+            with pytest.raises(UserError, match="an eval replica failed to start: .*missing") as error:
+                pool.run([([{"role": "user", "content": "1+1?"}], 0)], lambda *_: None, batch=1)
+        finally:
+            pool.close()
+    assert pool.restarts == 0 and "\n" not in str(error.value)
 
 
 def test_a_slow_replica_gets_less_work_and_the_last_chunks_finish_together() -> None:
@@ -130,7 +139,7 @@ def test_a_slow_replica_gets_less_work_and_the_last_chunks_finish_together() -> 
     about a sixth of the samples, and the evaluation ends within 10% of the ideal time, where an even split would
     take 3x as long."""
     pool = replicas.ReplicaPool.__new__(replicas.ReplicaPool)
-    pool.replicas = [replicas._Replica(0, FakeActor()), replicas._Replica(1, FakeActor())]
+    pool.replicas = [replicas._Replica(i, submit=lambda requests: object()) for i in range(2)]
     pool._done, pool._copied = set(), set()
     speed = {0: 1.0, 1: 5.0}  # samples per second
     queue, requests = deque(range(600)), [("prompt", 0)] * 600

@@ -98,7 +98,7 @@ def run_eval(
     Settings come from `protocol`, each non-None flag overriding it. An existing samples.jsonl in the folder is
     resumed when it was made with the same model, data, engine build and sampling settings; otherwise this is a
     UserError, unless `fresh` discards it. `replicas` None: as many engines as the devices allow
-    (`or1.eval.replicas.plan_layout`); one engine runs in this process, more each in a Ray actor.
+    (`or1.eval.replicas.plan_layout`); one engine runs in this process, more on Ray (`or1.eval.replicas`).
     """
     started = now()
     if engine not in DEFAULT_BATCH:
@@ -235,8 +235,17 @@ def _sample(
             gpus=int(resources.get("GPU", 0)),
             cpus=int(resources["CPU"]),
         )
+        # on this machine's cores one replica samples in this process (see or1.eval.replicas); tensor
+        # parallelism pins a replica to its cores, which this process must not be
+        here = address is None and not layout.gpus_per_replica and layout.tensor_parallel_size == 1
         pool = ReplicaPool(
-            engine, model, job.sampling, settings, layout, expected=engine_build(engine, settings)
+            engine,
+            model,
+            job.sampling,
+            settings,
+            layout,
+            expected=engine_build(engine, settings),
+            local=here,
         )
         try:
             _with_progress(

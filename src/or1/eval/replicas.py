@@ -2,8 +2,12 @@
 
 `plan_layout` decides how many replicas the devices allow: on GPUs, devices / tensor parallelism; on the CPU,
 the cores shared out (each replica its own torch threads, so two replicas on two cores do not oversubscribe).
-`ReplicaPool` starts one `EvalReplica` actor per replica and deals the evaluation's samples to them in chunks:
-each replica holds at most IN_FLIGHT chunks, and the next chunk goes to the one with the fewest samples
+`ReplicaPool` starts one `EvalReplica` actor per replica and deals the evaluation's samples to them in chunks.
+Where the replicas share this machine's cores (the CPU, no Ray address), one of them runs in this process instead,
+sampling on a thread of its own from the moment its model is loaded: the actors' start (each imports torch and
+loads the model, seconds on the CPU) then overlaps with sampling instead of delaying all of it, and one process
+fewer imports torch. An actor gets its chunks as soon as it is started and samples them once its engine is up; its
+build is checked when its first chunk comes back. Each replica holds at most IN_FLIGHT chunks, and the next chunk goes to the one with the fewest samples
 outstanding, so a replica that drew long responses gets less rather than everyone waiting for it. Chunks shrink as
 the queue empties, and once it is empty an idle replica also samples a copy of a chunk still queued behind a busy
 one, so the last ones finish together. A replica that dies is started again and its chunks are sent again. Each
@@ -17,6 +21,7 @@ import math
 import os
 from collections import deque
 from collections.abc import Callable, Sequence
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -104,8 +109,10 @@ def _use_cores(cores: list[int], tensor_parallel_size: int) -> None:
 @dataclass(eq=False)
 class _Replica:
     index: int
-    handle: Any
-    inflight: dict[Any, list[int]] = field(default_factory=dict)  # result ref -> positions in the work list
+    submit: Callable[[list[Request]], Future]  # sends a chunk; the future holds its completions
+    handle: Any = None  # the Ray actor; None for the replica in this process
+    ready: Future | None = None  # the actor's EngineBuild, until it has been checked
+    inflight: dict[Future, list[int]] = field(default_factory=dict)  # chunk -> positions in the work list
 
     @property
     def outstanding(self) -> int:
@@ -113,8 +120,9 @@ class _Replica:
 
 
 class ReplicaPool:
-    """`layout.replicas` EvalReplica actors over one model, each engine built with `settings` (Ray connected;
-    layout.tensor_parallel_size is settings'); `run` deals work to them. `expected`: the build every replica must
+    """`layout.replicas` engines over one model, each built with `settings` (Ray connected;
+    layout.tensor_parallel_size is settings'); `run` deals work to them. `local`: replica 0 runs in this process
+    (CPU layouts on this machine); the others are EvalReplica actors. `expected`: the build every actor must
     report (the one the sample cache records)."""
 
     def __init__(
@@ -126,27 +134,24 @@ class ReplicaPool:
         layout: Layout,
         *,
         expected: EngineBuild,
+        local: bool = False,
     ) -> None:
         if not ray.is_initialized():
             raise RuntimeError("ReplicaPool needs Ray connected (or1.hybrid.cluster.ray_session)")
-        self.layout = layout
+        self.layout, self.expected, self.restarts = layout, expected, 0
         self._args = (engine, str(model), sampling, settings)
         cpus = layout.threads * layout.tensor_parallel_size if not layout.gpus_per_replica else 1
         self._remote = ray.remote(EvalReplica).options(num_cpus=cpus, num_gpus=layout.gpus_per_replica)
-        self.replicas = [self._start(i) for i in range(layout.replicas)]
-        self.restarts = 0
-        try:
-            builds = [_get(ray_ref) for ray_ref in [r.handle.ready.remote() for r in self.replicas]]
-        except BaseException:
-            self.close()
-            raise
-        wrong = {b for b in builds if b != expected}
-        if wrong:  # the samples are recorded under this process's build: the replicas must share it
-            self.close()
-            raise UserError(
-                f"an eval replica runs {wrong.pop()}, this process {expected}; run or1 eval where the engines run "
-                "or install the same versions on every node."
-            )
+        self._executor: ThreadPoolExecutor | None = None
+        self._threads: int | None = None  # this process's torch threads before its replica took its share
+        # the actors first: they import and load while this process loads its own engine
+        self.replicas = [self._start(i) for i in range(int(local), layout.replicas)]
+        if local:
+            try:
+                self.replicas.insert(0, self._start_here())
+            except BaseException:
+                self.close()
+                raise
 
     def _start(self, index: int) -> _Replica:
         cores = []
@@ -154,7 +159,27 @@ class ReplicaPool:
             per = self.layout.threads * self.layout.tensor_parallel_size
             count = os.cpu_count() or 1
             cores = [(index * per + i) % count for i in range(per)]
-        return _Replica(index, self._remote.remote(*self._args, cores))
+        handle = self._remote.remote(*self._args, cores)
+        return _Replica(
+            index,
+            submit=lambda requests: handle.generate.remote(requests).future(),
+            handle=handle,
+            ready=handle.ready.remote().future(),
+        )
+
+    def _start_here(self) -> _Replica:
+        """Replica 0 in this process, with its share of the cores as torch threads while the pool lives (set
+        before the engine loads: vLLM's CPU attention plans for the threads it sees then)."""
+        import torch
+
+        self._threads = torch.get_num_threads()
+        torch.set_num_threads(self.layout.threads)
+        replica = EvalReplica(*self._args, cores=[])
+        # OpenMP keeps a thread count per OS thread: the sampling thread sets its own
+        self._executor = ThreadPoolExecutor(
+            1, "or1-eval-replica", initializer=torch.set_num_threads, initargs=(self.layout.threads,)
+        )
+        return _Replica(0, submit=lambda requests: self._executor.submit(replica.generate, requests))
 
     def run(
         self,
@@ -175,13 +200,16 @@ class ReplicaPool:
                 stopping = True
                 queue.clear()
             self._deal(queue, requests, batch, backups=not stopping)
-            refs = [ref for r in self.replicas for ref in r.inflight]
-            (ready,), _ = ray.wait(refs, num_returns=1)
+            chunks = [chunk for r in self.replicas for chunk in r.inflight]
+            ready = next(iter(wait(chunks, return_when=FIRST_COMPLETED).done))
             replica = next(r for r in self.replicas if ready in r.inflight)
             positions = replica.inflight.pop(ready)
             try:
-                completions = _get(ready)
-            except RayActorError:
+                self._check(replica)
+                completions = _result(ready)
+            except RayActorError as death:
+                if death.actor_init_failed:  # not a lost replica: its engine cannot start
+                    raise UserError(f"an eval replica failed to start: {_last_line(death)}") from None
                 lost = [p for p in positions + self._replace(replica) if p not in self._done]
                 if not stopping:
                     queue.extendleft(reversed(lost))
@@ -192,6 +220,19 @@ class ReplicaPool:
                 on_done([p for p, _ in fresh], [c for _, c in fresh])
         if stop is not None:
             stop.raise_if_requested(f"stopped after {len(self._done)} of {len(requests)} samples")
+
+    def _check(self, replica: _Replica) -> None:
+        """An actor's first chunk counts only if it runs this process's build (the one the samples are recorded
+        under); its `ready` answered before the chunk did, an actor runs its calls in order."""
+        if replica.ready is None:
+            return
+        build = _result(replica.ready)
+        if build != self.expected:
+            raise UserError(
+                f"an eval replica runs {build}, this process {self.expected}; run or1 eval where the engines run "
+                "or install the same versions on every node."
+            )
+        replica.ready = None
 
     def _deal(
         self, queue: deque[int], requests: Sequence[Request], batch: int, *, backups: bool = True
@@ -220,8 +261,7 @@ class ReplicaPool:
             self._send(idle, chunk, requests)
 
     def _send(self, replica: _Replica, positions: list[int], requests: Sequence[Request]) -> None:
-        ref = replica.handle.generate.remote([requests[p] for p in positions])
-        replica.inflight[ref] = positions
+        replica.inflight[replica.submit([requests[p] for p in positions])] = positions
 
     def _replace(self, replica: _Replica) -> list[int]:
         """Start a new actor in a dead replica's place; returns the positions of its other chunks (lost too)."""
@@ -235,16 +275,32 @@ class ReplicaPool:
         return lost
 
     def close(self) -> None:
+        """Kill the actors; the replica in this process finishes the chunk it samples, if any."""
         for replica in self.replicas:
-            ray.kill(replica.handle, no_restart=True)
+            if replica.handle is not None:
+                ray.kill(replica.handle, no_restart=True)
         self.replicas = []
+        if self._executor is not None:
+            self._executor.shutdown(cancel_futures=True)
+            self._executor = None
+        if self._threads is not None:
+            import torch
+
+            torch.set_num_threads(self._threads)
+            self._threads = None
 
 
-def _get(ref: Any) -> Any:
+def _result(future: Future) -> Any:
     """A replica's result; a UserError inside it becomes one line, a death stays RayActorError."""
     try:
-        return ray.get(ref)
+        return future.result()
     except RayTaskError as err:
         if isinstance(getattr(err, "cause", None), UserError):
             raise UserError(f"{err.cause} (eval replica)") from None
         raise
+
+
+def _last_line(error: Exception) -> str:
+    """The last line of a remote traceback: the exception that ended it."""
+    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
+    return lines[-1] if lines else type(error).__name__
