@@ -7,12 +7,13 @@ Where the replicas share this machine's cores (the CPU, no Ray address), one of 
 sampling on a thread of its own from the moment its model is loaded: the actors' start (each imports torch and
 loads the model, seconds on the CPU) then overlaps with sampling instead of delaying all of it, and one process
 fewer imports torch. An actor gets its chunks as soon as it is started and samples them once its engine is up; its
-build is checked when its first chunk comes back. Each replica holds at most IN_FLIGHT chunks, and the next chunk goes to the one with the fewest samples
-outstanding, so a replica that drew long responses gets less rather than everyone waiting for it. Chunks shrink as
-the queue empties, and once it is empty an idle replica also samples a copy of a chunk still queued behind a busy
-one, so the last ones finish together. A replica that dies is started again and its chunks are sent again. Each
-sample reaches the caller once: the first copy back counts, later ones are dropped. Each sample carries its
-own seed, so the samples do not depend on the layout (see `or1.eval.generation`).
+build is checked when its first chunk comes back. Each replica holds at most IN_FLIGHT chunks, and the next chunk
+goes to the one with the fewest samples outstanding, so a replica that drew long responses gets less rather than
+everyone waiting for it. Chunks shrink as the queue empties, and once it is empty an idle replica also samples a
+copy of a chunk still queued behind a busy one, so the last ones finish together. A replica that dies is started
+again and its chunks are sent again. Each sample reaches the caller once: the first copy back counts, later ones
+are dropped. Each sample carries its own seed, so the samples do not depend on the layout (see
+`or1.eval.generation`).
 """
 
 from __future__ import annotations
