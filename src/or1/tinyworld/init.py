@@ -1,14 +1,20 @@
 """Build the tiny world's base model: tokenizer, Qwen2 model, warm start, save, and measure its solve rate.
 
-Deterministic from the seed (the warm start runs a fixed number of steps). The saved folder is a plain Hugging Face
-model folder; load it with or1.engines.loading (or AutoModelForCausalLM + PreTrainedTokenizerFast).
+Deterministic from the seed (the warm start runs a fixed number of steps), and the same bits on any x86-64 CPU with
+AVX2: the warm start runs in a child process whose arithmetic is pinned (PINNED_KERNELS), because 600 steps of
+float rounding turn a kernel's last bits into a different model (torch's AVX-512 and AVX2 kernels gave bases of
+37.8% / 15.0% and 56.0% / 9.2% on math / code from the same seed). The saved folder is a plain Hugging Face model
+folder; load it with or1.engines.loading (or AutoModelForCausalLM + PreTrainedTokenizerFast).
 """
 
 from __future__ import annotations
 
 import itertools
 import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -22,14 +28,18 @@ from transformers.utils import logging as hf_logging
 from or1.data.synthetic import math_validation_rows
 from or1.data.synthetic_code import CODE_SFT_STEPS, task_stream
 from or1.data.synthetic_math import problem_stream
+from or1.engines.loading import load_causal_lm
 from or1.errors import UserError
 from or1.tinyworld.architecture import TinyModelSpec, build_tiny_model, count_parameters
 from or1.tinyworld.solve_rate import SolveRate, validation_solve_rate
 from or1.tinyworld.tokenizer import train_tokenizer
 from or1.tinyworld.warmstart import SFTConfig, SFTReport, warm_start
-from or1.tokens import OR1_TINY_MARKER, prompt_ids
+from or1.tokens import OR1_TINY_MARKER, load_tokenizer, prompt_ids
 
 REPORT_FILE = "or1_init_report.json"
+# the warm start's kernels: torch's portable ones (read once, when torch loads) and MKL's AVX2 code path, whatever
+# the CPU offers (MKL picks by CPU otherwise, and an AVX-512 matrix product rounds differently)
+PINNED_KERNELS = {"ATEN_CPU_CAPABILITY": "default", "MKL_CBWR": "AVX2"}
 
 
 @dataclass(frozen=True)
@@ -92,15 +102,10 @@ def init_tiny_model(
     hf_logging.disable_progress_bar()  # its tqdm bars for one tiny shard would clutter the rich output
     start, cpu_start = time.perf_counter(), time.process_time()
     try:
-        tokenizer = train_tokenizer(_tokenizer_corpus(seed))
-        model = build_tiny_model(tokenizer, seed)
-        sft = warm_start(
-            model, tokenizer, seed, SFTConfig(steps=sft_steps, batch_size=batch_size, lr=lr), console
-        )
-        model.config.__dict__[OR1_TINY_MARKER] = True  # lets load_tokenizer pick the explicit tokenizer path
         out.mkdir(parents=True, exist_ok=True)
-        model.save_pretrained(out)
-        tokenizer.save_pretrained(out, save_jinja_files=False)  # chat template inside tokenizer_config.json
+        built = _build_pinned(out, seed, SFTConfig(steps=sft_steps, batch_size=batch_size, lr=lr), threads)
+        sft = SFTReport(**built["sft"])
+        model, tokenizer = load_causal_lm(out), load_tokenizer(out)
         rate, code_rate = (
             validation_solve_rate(
                 out, samples=eval_samples, max_response_length=eval_max_new_tokens, seed=seed, ability=ability
@@ -120,7 +125,7 @@ def init_tiny_model(
                 len(prompt_ids(tokenizer, list(r["prompt"]))) for r in math_validation_rows()
             ),
             seconds=time.perf_counter() - start,
-            cpu_seconds=time.process_time() - cpu_start,
+            cpu_seconds=time.process_time() - cpu_start + built["cpu_seconds"],
             threads=threads,
             settings={
                 "sft_steps": sft_steps,
@@ -129,6 +134,7 @@ def init_tiny_model(
                 "eval_samples": eval_samples,
                 "eval_max_new_tokens": eval_max_new_tokens,
                 "spec": asdict(TinyModelSpec()),
+                "kernels": {**PINNED_KERNELS, "torch_cpu_capability": built["capability"]},
             },
         )
     finally:
@@ -137,6 +143,41 @@ def init_tiny_model(
     (out / REPORT_FILE).write_text(json.dumps(asdict(report), indent=2) + "\n")
     _print_report(console, report)
     return report
+
+
+def _build_pinned(out: Path, seed: int, cfg: SFTConfig, threads: int) -> dict:
+    """Tokenizer, model and warm start, saved to `out`, in a child process under PINNED_KERNELS; returns its
+    SFTReport fields, its CPU seconds and the kernel level torch ran at."""
+    env = {**os.environ, **PINNED_KERNELS}
+    request = json.dumps({"out": str(out), "seed": seed, "cfg": asdict(cfg), "threads": threads})
+    subprocess.run([sys.executable, "-m", "or1.tinyworld.init", request], env=env, check=True)
+    report = out / _BUILT
+    built = json.loads(report.read_text())
+    report.unlink()
+    return built
+
+
+_BUILT = ".or1_warm_start.json"  # what the child reports; removed once read
+
+
+def _build_here(request: dict) -> None:
+    """The child's side of _build_pinned."""
+    torch.set_num_threads(request["threads"])
+    hf_logging.disable_progress_bar()
+    cpu_start, seed, out = time.process_time(), request["seed"], Path(request["out"])
+    cfg = SFTConfig(**{**request["cfg"], "ops": tuple(request["cfg"]["ops"])})
+    tokenizer = train_tokenizer(_tokenizer_corpus(seed))
+    model = build_tiny_model(tokenizer, seed)
+    sft = warm_start(model, tokenizer, seed, cfg, Console())
+    model.config.__dict__[OR1_TINY_MARKER] = True  # lets load_tokenizer pick the explicit tokenizer path
+    model.save_pretrained(out)
+    tokenizer.save_pretrained(out, save_jinja_files=False)  # chat template inside tokenizer_config.json
+    report = {
+        "sft": asdict(sft),
+        "cpu_seconds": time.process_time() - cpu_start,
+        "capability": torch.backends.cpu.get_cpu_capability(),
+    }
+    (out / _BUILT).write_text(json.dumps(report))
 
 
 def _tokenizer_corpus(seed: int, size: int = 4000) -> list[str]:
@@ -181,3 +222,7 @@ def _print_report(console: Console, report: InitReport) -> None:
         f"{code.problems}, {code.truncated:.1%} truncated); total {report.seconds:.0f} s ({report.cpu_seconds:.0f} s "
         f"CPU) on {report.threads} thread(s)."
     )
+
+
+if __name__ == "__main__":  # the pinned child of _build_pinned
+    _build_here(json.loads(sys.argv[1]))

@@ -44,7 +44,7 @@ class SFTConfig:
     weight_decay: float = 0.01
     grad_clip: float = 1.0
     ops: tuple[int, ...] = (2, 3, 4, 5, 6)
-    code_share: float = 0.4  # of each batch: programs (tiny code tasks); the rest is arithmetic
+    code_share: float = 0.5  # of each batch: programs (tiny code tasks); the rest is arithmetic
     # of the programs: written with one slip (a line of another step), so that the base knows the right program
     # (greedy) but slips now and then when sampling at T=1, as the arithmetic base does: the frontier RL moves
     code_slip: float = 0.3
