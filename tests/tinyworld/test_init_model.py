@@ -94,3 +94,18 @@ def test_refuses_to_overwrite_a_folder(tmp_path):
     (tmp_path / "keep.txt").write_text("mine")
     with pytest.raises(UserError, match="not empty"):
         init_tiny_model(tmp_path, sft_steps=1)
+
+
+def test_the_warm_start_runs_on_pinned_kernels_whatever_this_process_uses(tmp_path, monkeypatch):
+    """Two warm starts from parents on torch's AVX2 and portable kernels write the same bits: the child pins its
+    own (without the pin the AVX2 parent's child would run AVX2 kernels and round differently)."""
+    from or1.tinyworld.init import _build_pinned
+    from or1.tinyworld.warmstart import SFTConfig
+
+    weights = {}
+    for kernel in ("avx2", "default"):
+        monkeypatch.setenv("ATEN_CPU_CAPABILITY", kernel)
+        built = _build_pinned(tmp_path / kernel, 0, SFTConfig(steps=3), threads=1)
+        assert built["capability"] == "DEFAULT" and built["sft"]["steps"] == 3
+        weights[kernel] = (tmp_path / kernel / "model.safetensors").read_bytes()
+    assert weights["avx2"] == weights["default"]
