@@ -1,8 +1,8 @@
 """The CI chain's spread over torch's CPU kernels and training seeds: `python tests/repro/spread.py --out DIR`.
 
-For each kernel choice (ATEN_CPU_CAPABILITY; "default" is what torch picks on this CPU) it builds the chain's
-400-step base once, then runs the chain of test_tiny_chain.py for each trainer seed and checks it with the test's
-own check_chain. Runs already finished under DIR are read again, not retrained, so an interrupted measurement
+It builds the chain's base once (its warm start runs on pinned kernels, so the same bits under any kernel choice),
+then for each kernel choice ("native": what torch picks on this CPU; "avx2", "default": that ATEN_CPU_CAPABILITY)
+and trainer seed runs the chain of test_tiny_chain.py and checks it with the test's own check_chain. Runs already finished under DIR are read again, not retrained, so an interrupted measurement
 resumes. Prints one table row per run (validations, always-solved prompts, pass or the failed check) and writes
 them to DIR/readings.jsonl. About 11 minutes per run on 2 cores.
 """
@@ -33,15 +33,14 @@ BUILD_BASE = (
 
 
 def kernel_env(kernel: str) -> dict[str, str]:
-    return ENV if kernel == "default" else {**ENV, "ATEN_CPU_CAPABILITY": kernel}
+    return ENV if kernel == "native" else {**ENV, "ATEN_CPU_CAPABILITY": kernel}
 
 
 def measure(out: Path, kernel: str, seed: int, overrides: list[str]) -> dict:
-    env, folder = kernel_env(kernel), out / kernel
-    base = folder / "model"
+    env, base = kernel_env(kernel), out / "model"
     if not (base / "config.json").is_file():
         subprocess.run([sys.executable, "-c", BUILD_BASE, str(base)], env=env, check=True)
-    run_folder = folder / f"seed{seed}"
+    run_folder = out / kernel / f"seed{seed}"
     run = run_folder / "run"
     if not (run / "stage3" / "summary.json").is_file():
         run_folder.mkdir(parents=True, exist_ok=True)
@@ -58,7 +57,7 @@ def measure(out: Path, kernel: str, seed: int, overrides: list[str]) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", type=Path, required=True)
-    parser.add_argument("--kernels", nargs="+", default=["avx2", "default"])
+    parser.add_argument("--kernels", nargs="+", default=["native", "avx2", "default"])
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--set", nargs="*", default=[], help="extra --set overrides for every run")
     args = parser.parse_args()
