@@ -15,42 +15,33 @@ sampling, adaptive entropy control, online filtering, arithmetic and programs in
 - a figure of `or1 report` is missing.
 
 The margins hold on any trajectory, not one machine's: torch picks other CPU kernels on other processors (AVX2,
-AVX-512), so the warm start and the RL steps end in another model there. Measured on one AVX-512 machine with
-`python tests/repro/spread.py` (torch's own choice against ATEN_CPU_CAPABILITY=avx2, trainer seeds 0-2; the base is
-built once per kernel choice), validation avg@16 in %, on the arithmetic-only world of the 400-step base:
+AVX-512), so the RL steps end in another model there. The base does not: its warm start runs on pinned kernels
+(or1.tinyworld.init), so it is the same bits everywhere. Measured on one AMD EPYC with `python tests/repro/spread.py`
+(torch's own AVX-512 kernels with trainer seeds 0-2, ATEN_CPU_CAPABILITY=avx2 and =default with seed 0; one base),
+arithmetic avg@16 and programs avg@8, in %:
 
-    kernel   seed  base   stage 1  stage 2  stage 3   stage 1 gain  stages 2-3  chain   always solved (1, 2 new)
-    AVX-512  0     38.4   44.2     46.7     47.2      +5.8          +3.0        +8.8    39, 79
-    AVX-512  1     38.8   45.9     45.6     47.4      +7.1          +1.5        +8.6    32, 65
-    AVX-512  2     39.4   47.4     46.1     49.0      +8.0          +1.6        +9.6    41, 60
-    avx2     0     38.3   43.6     42.5     45.4      +5.3          +1.8        +7.1    73, 70
-    avx2     1     38.1   41.7     43.9     45.1      +3.6          +3.4        +7.0    64, 75
-    avx2     2     37.4   43.2     42.7     46.9      +5.8          +3.7        +9.5    67, 65
+    kernel    seed  arithmetic: base  stage 1  stage 2  stage 3   programs: base  stage 1  stage 2  stage 3
+    AVX-512   0                 50.6  61.0     63.7     64.8                14.6  21.5     27.3     31.4
+    AVX-512   1                 50.7  62.9     62.8     63.6                15.9  21.6     27.3     31.5
+    AVX-512   2                 51.2  60.2     61.9     64.0                14.6  21.1     29.4     32.0
+    avx2      0                 50.6  61.0     63.7     65.1                14.6  21.5     27.3     31.0
+    default   0                 50.6  61.0     63.7     65.2                14.6  21.5     27.3     31.6
 
-Gains: stage 1 mean +5.9 (sd 1.5, lowest +3.6), stages 2-3 +2.5 (sd 1.0, lowest +1.5), the chain +8.4 (sd 1.1,
-lowest +7.0). The margins, +1.5, > 0 and +5 points, sit 2.9, 2.5 and 3.1 standard deviations under them. A stage
-that does not learn reads exactly the validation it started from (the same weights and seeds), so each check fails
-then: with actor.lr=1e-12 stage 1 reads +0.0 and the test fails; with algorithm.online_filter=false the hand-off
-check fails. 120 steps of stages 2-3 move validation by only 2.5 +- 1 points, so their check asks only that they
-rise; the chain's +5 asks that they add to stage 1's gain on average.
+Gains, mean (lowest): arithmetic stage 1 +10.5 (+9.0), the chain +13.8 (+12.8); programs over the chain +16.6
+(+15.6); stages 2-3, the mean of both abilities, +6.7 (+5.3). The kernels part the runs only late (the three seed-0
+runs read the same through stage 2; their gradients differ in the last digits), the seeds from the start: over the
+seeds the standard deviations are 0.8-1.6 points. The margins, +5, +8, +8 and +2 points, sit 3.3-7.6 points under
+the lowest run and 3.4-9.4 of those standard deviations under the means. A stage that does not learn reads exactly
+the validation it started from (the same weights and seeds), so each check fails then: with actor.lr=1e-12 stage 1
+reads +0.0 and the test fails; with algorithm.online_filter=false the hand-off check fails. With the code rewards of
+training zeroed (OR1_REPRO_ZERO_CODE=1, seed 0) programs read 14.6% -> 15.4% (+0.8) while arithmetic still rose
+50.6% -> 64.2%, and the test failed: "the chain learned too little code". The stage 1 prompts at every attempt
+solved: 173-187, then 151-162 more in stage 2 (TRAIN_OPS).
 
-Since the chain trains arithmetic and programs together (the 600-step mixed base, 400 ungraded program prompts
-beside the 800 arithmetic ones), the spread was measured again with spread.py on this world (AVX-512, trainer seeds
-0-2, one base): arithmetic avg@16 and programs avg@8, in %:
+On the base of an earlier warm start (40% programs, torch's own kernels: math 38%, programs 14% on AVX-512, 55%
+and 7% under avx2), the same chain gained +3.6 to +8.0 points in stage 1 and +7.0 to +9.6 over the chain on
+arithmetic alone, and programs +11.9 to +15.9 (AVX-512) but +9.3 under avx2; the margins were +1.5, +5, +5 and > 0.
 
-    seed  arithmetic: base  stage 1  stage 2  stage 3   programs: base  stage 1  stage 2  stage 3   code gain
-    0                 38.3  52.7     54.3     56.2                14.1  21.1     23.9     26.2      +12.1
-    1                 38.7  53.9     53.2     51.8                13.8  20.0     23.9     25.7      +11.9
-    2                 38.6  53.9     54.2     54.9                12.6  23.7     25.0     28.5      +15.9
-
-Code over the chain: +13.3 on average (sd 2.3, lowest +11.9); CODE_MARGIN (+5) sits 3.6 standard deviations
-under it. With the code rewards of training zeroed (OR1_REPRO_ZERO_CODE=1, seed 0) programs read 14.1 -> 16.2%
-(+2.1) while arithmetic still rose 38.3 -> 55.6%, and the test failed: "the chain learned too little code". Mixed
-batches also moved the arithmetic curve: stage 1 gains +14.4 to +15.2, and stages 2-3 drift (+3.5, -2.1, +1.0) as
-the two abilities share the updates, so the stages 2-3 check asks that the mean of both abilities' gains rise
-(+4.3, +1.8, +2.9; programs rise +4.8 to +5.7 there). One run with the avx2 kernel (ATEN_CPU_CAPABILITY=avx2,
-seed 0; base and chain both built under it) passed: arithmetic 55.1 -> 70.5 (stage 1) -> 76.9%, programs 7.1 ->
-16.4% (+9.3).
 Set OR1_REPRO_SET (space-separated key=value) to add --set overrides, e.g. OR1_REPRO_SET=actor.lr=1e-12 to see it
 fail when learning is broken, OR1_REPRO_SEED for another trainer seed, and OR1_REPRO_ZERO_CODE=1 to zero the code
 rewards of training (the program prompts' expected outputs are replaced by one no program prints; code validation
@@ -74,22 +65,22 @@ from or1.tinyworld.init import init_tiny_model
 
 RECIPE = Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml"
 STEPS = (100, 60, 60)  # the shipped recipe: 250 / 100 / 100
-# The `or1 init-model` default: a base at the frontier (38% of arithmetic, 14% of programs). The session's 120-step
+# The `or1 init-model` default: a base at the frontier (51% of arithmetic, 15% of programs). The session's 120-step
 # model solves a few percent, too few groups with a reward signal to learn from in a few dozen steps.
 BASE_SFT_STEPS = 600
 # 16 samples per problem: with the recipe's 5 (or 4), one validation of the 200 problems is worth about +-1.8 points,
 # as much as a few dozen steps move it, and a check on a rise would pass or fail by the dice.
 VALIDATION_N = 16
-# Sized from the module docstring's table (validation avg@16): 2.5-3 standard deviations under the gains measured
-# over CPU kernels and seeds.
-STAGE1_MARGIN = 0.015
-CHAIN_MARGIN = 0.0  # stages 2-3 must rise: the mean of both abilities' gains, strictly above 0
-TOTAL_MARGIN = 0.05
+# Sized from the module docstring's table (validation avg@16): 4 points or more under the lowest gain measured over
+# CPU kernels and seeds.
+STAGE1_MARGIN = 0.05
+CHAIN_MARGIN = 0.02  # stages 2-3: the mean of both abilities' gains
+TOTAL_MARGIN = 0.08
 VAL = f"val/validation/t1/avg@{VALIDATION_N}"
 # Code validation: the fixed 100 programs, 8 samples each (one validation worth about +-2 points).
 CODE_VALIDATION_N = 8
 CODE_VAL = f"val/code_validation/t1/avg@{CODE_VALIDATION_N}"
-CODE_MARGIN = 0.05  # the chain's code gain, base -> end of stage 3
+CODE_MARGIN = 0.08  # the chain's code gain, base -> end of stage 3
 # Code train prompts beside the math ones (ungraded, 3..6 steps): about a third of each batch, as in the recipe.
 CODE_TRAIN_PROMPTS = 400
 # The train prompts: 800 over 2..6 operands, so that stage 1 (1,600 prompts) samples each one twice (16 attempts,
@@ -210,7 +201,7 @@ def check_chain(run: Path) -> dict:
     code_base, code_stage1, code_stage3 = read["code_base"], read["code_stage1"], read["code_stage3"]
     print(f"code validation avg@{CODE_VALIDATION_N}: base {code_base:.1%} -> stage 3 {code_stage3:.1%}")
     later = ((stage3 - stage1) + (code_stage3 - code_stage1)) / 2  # stages 2-3, both abilities' mean gain
-    assert later > CHAIN_MARGIN, (
+    assert later >= CHAIN_MARGIN, (
         f"stages 2-3 learned too little: arithmetic {stage1:.1%} -> {stage3:.1%}, "
         f"programs {code_stage1:.1%} -> {code_stage3:.1%}"
     )
@@ -236,9 +227,9 @@ def check_chain(run: Path) -> dict:
     assert summaries[3]["train_prompts"] == total - len(solved[1] | solved[2])
 
     # Entropy control: every stage's controller starts at init_coef (0) and moves by delta from its first step, at
-    # the stage's own target; the coefficient rose once the policy sharpened below the target. The mixed base samples
-    # at 0.107 nats per token and sharpens below the target 0.065 late: in the measured chain not in stage 1 (lowest
-    # 0.067) but from step 11 of stage 2 and 27 of stage 3, so the chain as a whole must show a rise.
+    # the stage's own target; the coefficient rose once the policy sharpened below the target. The base's first batch
+    # samples at 0.07-0.10 nats per token and sharpens below the target 0.065 within each stage (in the measured
+    # chains the coefficient first rose at step 6-81 of stage 1, 4-51 of stages 2-3), so the chain must show a rise.
     entropy = yaml.safe_load(RECIPE.read_text())["algorithm"]["entropy"]
     for stage in (1, 2, 3):
         first = next(r for r in logs[stage] if "entropy/coef" in r)
