@@ -2,9 +2,10 @@
 
 It builds the chain's base once (its warm start runs on pinned kernels, so the same bits under any kernel choice),
 then for each kernel choice ("native": what torch picks on this CPU; "avx2", "default": that ATEN_CPU_CAPABILITY)
-and trainer seed runs the chain of test_tiny_chain.py and checks it with the test's own check_chain. Runs already finished under DIR are read again, not retrained, so an interrupted measurement
-resumes. Prints one table row per run (validations, always-solved prompts, pass or the failed check) and writes
-them to DIR/readings.jsonl. About 11 minutes per run on 2 cores.
+and trainer seed runs the chain of test_tiny_chain.py and checks it with the test's own check_chain. Runs already
+finished under DIR are read again, not retrained, so an interrupted measurement resumes. Prints one table row per
+run (validations, always-solved prompts, pass or the failed check) and writes them to DIR/readings.jsonl. About 11
+minutes per run on 2 cores.
 """
 
 from __future__ import annotations
