@@ -8,7 +8,8 @@ from tokenizers import Tokenizer
 
 from or1.engines.loading import load_causal_lm
 from or1.errors import UserError
-from or1.tinyworld.init import REPORT_FILE, init_tiny_model
+from or1.tinyworld.init import REPORT_FILE, _build_pinned, init_tiny_model
+from or1.tinyworld.warmstart import SFTConfig
 from or1.tokens import is_or1_tiny, load_tokenizer
 
 
@@ -99,9 +100,6 @@ def test_refuses_to_overwrite_a_folder(tmp_path):
 def test_the_warm_start_runs_on_pinned_kernels_whatever_this_process_uses(tmp_path, monkeypatch):
     """Two warm starts from parents on torch's AVX2 and portable kernels write the same bits: the child pins its
     own (without the pin the AVX2 parent's child would run AVX2 kernels and round differently)."""
-    from or1.tinyworld.init import _build_pinned
-    from or1.tinyworld.warmstart import SFTConfig
-
     weights = {}
     for kernel in ("avx2", "default"):
         monkeypatch.setenv("ATEN_CPU_CAPABILITY", kernel)

@@ -28,7 +28,6 @@ from transformers.utils import logging as hf_logging
 from or1.data.synthetic import math_validation_rows
 from or1.data.synthetic_code import CODE_SFT_STEPS, task_stream
 from or1.data.synthetic_math import problem_stream
-from or1.engines.loading import load_causal_lm
 from or1.errors import UserError
 from or1.tinyworld.architecture import TinyModelSpec, build_tiny_model, count_parameters
 from or1.tinyworld.solve_rate import SolveRate, validation_solve_rate
@@ -107,7 +106,7 @@ def init_tiny_model(
         out.mkdir(parents=True, exist_ok=True)
         built = _build_pinned(out, seed, SFTConfig(steps=sft_steps, batch_size=batch_size, lr=lr), threads)
         sft = SFTReport(**built["sft"])
-        model, tokenizer = load_causal_lm(out), load_tokenizer(out)
+        tokenizer = load_tokenizer(out)
         rate, code_rate = (
             validation_solve_rate(
                 out, samples=eval_samples, max_response_length=eval_max_new_tokens, seed=seed, ability=ability
@@ -117,7 +116,7 @@ def init_tiny_model(
         report = InitReport(
             out_dir=str(out),
             seed=seed,
-            parameters=count_parameters(model),
+            parameters=built["parameters"],
             vocab_size=len(tokenizer),
             sft=sft,
             solve_rate=rate,
@@ -147,9 +146,12 @@ def init_tiny_model(
     return report
 
 
+_BUILT = ".or1_warm_start.json"  # what the child reports; removed once read
+
+
 def _build_pinned(out: Path, seed: int, cfg: SFTConfig, threads: int) -> dict:
     """Tokenizer, model and warm start, saved to `out`, in a child process under PINNED_KERNELS; returns its
-    SFTReport fields, its CPU seconds and the kernel level torch ran at."""
+    SFTReport fields, the model's parameter count, its CPU seconds and the kernel level torch ran at."""
     env = {**os.environ, **PINNED_KERNELS}
     request = json.dumps({"out": str(out), "seed": seed, "cfg": asdict(cfg), "threads": threads})
     subprocess.run([sys.executable, "-m", "or1.tinyworld.init", request], env=env, check=True)
@@ -157,9 +159,6 @@ def _build_pinned(out: Path, seed: int, cfg: SFTConfig, threads: int) -> dict:
     built = json.loads(report.read_text())
     report.unlink()
     return built
-
-
-_BUILT = ".or1_warm_start.json"  # what the child reports; removed once read
 
 
 def _build_here(request: dict) -> None:
@@ -176,6 +175,7 @@ def _build_here(request: dict) -> None:
     tokenizer.save_pretrained(out, save_jinja_files=False)  # chat template inside tokenizer_config.json
     report = {
         "sft": asdict(sft),
+        "parameters": count_parameters(model),
         "cpu_seconds": time.process_time() - cpu_start,
         "capability": torch.backends.cpu.get_cpu_capability(),
     }
