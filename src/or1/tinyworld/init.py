@@ -86,7 +86,7 @@ def init_tiny_model(
     Solve rates are measured on the fixed validation splits (200 arithmetic problems of 3..6 operands, 100 programs
     of 3..6 steps) with `eval_samples` samples per problem at temperature 1.0, after reloading the saved folder, so
     the numbers describe exactly what was written. The default 600 steps (half of each batch programs, 30% of them
-    with a slip; about 7 min on one free core) gave math 51.9% and code 15.0% for seed 0 (69.5% and 33% greedy), the
+    with a slip; about 6 min on one free core) gave math 51.9% and code 15.0% for seed 0 (69.5% and 33% greedy), the
     same bits under torch's AVX-512, AVX2 and portable kernels (the warm start's are pinned; the solve rates are
     sampled under this process's own). One torch thread is the default (the warm start's bits depend on it): a
     second one gains little on the tiny model and, when other processes hold the cores, spinning threads slowed it
