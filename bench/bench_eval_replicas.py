@@ -10,14 +10,19 @@ reference: on a loaded machine several threads in one engine can be slower than 
 actors, the cores shared out: one thread each on 2 cores). The wall time is what a user waits: model loading,
 Ray's start and the scoring included. All runs must write the same samples (each sample's seed is its own); the
 script checks that, then prints one row per round, the median ratio two / one (the target on 2 cores: at most
-0.6) and two / one-thread, and a JSON line. The default size (4,096 samples, avg@32's shape) keeps Ray's fixed
-cost (~8-10 s: its start, the actors' imports and model loads, the shutdown) small beside the sampling.
+0.6) and two / one-thread, and a JSON line. Each round then times the sampling alone, with no loading, Ray, dealing
+or scoring in the clock: the same requests on one engine on every core, and split in two halves that two plain
+processes sample at the same moment, one thread and one core each (the replica's own body, `EvalReplica`, without
+Ray). Their ratio is the floor of two replicas on these cores: no dealing does better than two independent engines.
+The default size (4,096 samples, avg@32's shape) keeps Ray's fixed cost (~8-10 s: its start, the actors' imports
+and model loads, the shutdown) small beside the sampling.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import multiprocessing
 import os
 import statistics
 import tempfile
@@ -80,6 +85,71 @@ def timed_eval(
     return seconds, {(r["problem_id"], r["sample_index"]): r["response"] for r in lines}
 
 
+def sampling_alone(model: Path, data: Path, args: argparse.Namespace) -> tuple[float, float]:
+    """Seconds of sampling alone: the evaluation's requests (run_eval's prompts and seeds) on one engine in this
+    process on every core, and the slower of two processes sampling one half each at the same moment (one core and
+    one thread each, as a replica has on 2 cores)."""
+    from or1.data.benchmarks import load_benchmark
+    from or1.engines.rollout import EngineSettings
+    from or1.eval.evaluate import problem_id, sample_seed
+    from or1.eval.generation import DEFAULT_BATCH, load_sampler
+    from or1.eval.protocols import resolve_sampling
+
+    bench = load_benchmark(str(data))
+    sampling = resolve_sampling("skywork", bench.ability, seed=0, n=args.n, max_tokens=args.max_tokens)
+    settings = EngineSettings(seed=sampling.seed)
+    requests = [
+        (row["prompt"], sample_seed(sampling.seed, problem_id(i, row), k))
+        for k in range(sampling.n)
+        for i, row in enumerate(bench.rows)
+    ]
+    batch = DEFAULT_BATCH[args.engine]
+    sampler = load_sampler(args.engine, model, sampling, settings)
+    start = time.perf_counter()
+    for at in range(0, len(requests), batch):
+        chunk = requests[at : at + batch]
+        sampler([prompt for prompt, _ in chunk], [seed for _, seed in chunk])
+    one = time.perf_counter() - start
+    context = multiprocessing.get_context("spawn")
+    barrier, seconds = context.Barrier(2), context.Queue()
+    half = len(requests) // 2
+    workers = [
+        context.Process(
+            target=_sample_half,
+            args=(args.engine, str(model), sampling, settings, core, part, batch, barrier, seconds),
+        )
+        for core, part in enumerate((requests[:half], requests[half:]))
+    ]
+    for worker in workers:
+        worker.start()
+    times = [seconds.get() for _ in workers]
+    for worker in workers:
+        worker.join()
+    return one, max(times)
+
+
+def _sample_half(
+    engine: str,
+    model: str,
+    sampling: Any,
+    settings: Any,
+    core: int,
+    requests: list,
+    batch: int,
+    barrier: Any,
+    out: Any,
+) -> None:
+    """One replica's body outside Ray on `core`: load, wait for the other half, then time the sampling."""
+    from or1.eval.replicas import EvalReplica
+
+    replica = EvalReplica(engine, model, sampling, settings, [core])
+    barrier.wait()
+    start = time.perf_counter()
+    for at in range(0, len(requests), batch):
+        replica.generate(requests[at : at + batch])
+    out.put(time.perf_counter() - start)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -101,24 +171,34 @@ def main() -> None:
             two, samples_two = timed_eval(model, data, Path(tmp) / f"two{round_}", 2, args)
             if not samples_one == samples_single == samples_two:
                 raise SystemExit("1 and 2 replicas wrote different samples")
+            alone_one, alone_two = sampling_alone(model, data, args)
             load = os.getloadavg()[0]
             row = {"one_s": one, "one_thread_s": single, "two_s": two, "load": load}
-            rows.append({**row, "ratio": two / one, "ratio_one_thread": two / single})
+            row |= {"sampling_one_s": alone_one, "sampling_two_s": alone_two}
+            rows.append(
+                {**row, "ratio": two / one, "ratio_one_thread": two / single, "floor": alone_two / alone_one}
+            )
             print(
                 f"round {round_ + 1}: 1 replica {one:.1f} s (on one thread {single:.1f} s), 2 replicas {two:.1f} s: "
-                f"ratio {two / one:.2f} (to one thread {two / single:.2f}), load average {load:.1f}",
+                f"ratio {two / one:.2f} (to one thread {two / single:.2f}); sampling alone {alone_one:.1f} s on one "
+                f"engine, {alone_two:.1f} s on two processes: floor {alone_two / alone_one:.2f}; load average "
+                f"{load:.1f}",
                 flush=True,
             )
-    ratio = statistics.median(r["ratio"] for r in rows)
-    ratio_single = statistics.median(r["ratio_one_thread"] for r in rows)
+    ratio, ratio_single, floor = (
+        statistics.median(r[key] for r in rows) for key in ("ratio", "ratio_one_thread", "floor")
+    )
     samples = args.problems * args.n
     verdict = "met" if ratio <= 0.6 else "NOT met"
     print(
         f"{args.engine}, {samples} samples x up to {args.max_tokens} tokens, {os.cpu_count()} cores: 2 replicas / "
-        f"1 replica wall time = {ratio:.2f} (target <= 0.6: {verdict}); to 1 replica on one thread {ratio_single:.2f}"
+        f"1 replica wall time = {ratio:.2f} (target <= 0.6: {verdict}); to 1 replica on one thread "
+        f"{ratio_single:.2f}; floor on these cores {floor:.2f} (the sampling alone, two processes at once / one "
+        "engine on every core)"
     )
     summary = {"engine": args.engine, "samples": samples, "max_tokens": args.max_tokens, "rounds": rows}
-    print(json.dumps({**summary, "median_ratio": ratio, "median_ratio_one_thread": ratio_single}))
+    medians = {"median_ratio": ratio, "median_ratio_one_thread": ratio_single, "median_floor": floor}
+    print(json.dumps({**summary, **medians}))
 
 
 if __name__ == "__main__":
