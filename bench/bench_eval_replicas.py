@@ -92,8 +92,9 @@ def sampling_alone(model: Path, data: Path, args: argparse.Namespace) -> tuple[f
     from or1.data.benchmarks import load_benchmark
     from or1.engines.rollout import EngineSettings
     from or1.eval.evaluate import problem_id, sample_seed
-    from or1.eval.generation import DEFAULT_BATCH, load_sampler
+    from or1.eval.generation import DEFAULT_BATCH
     from or1.eval.protocols import resolve_sampling
+    from or1.eval.replicas import EvalReplica
 
     bench = load_benchmark(str(data))
     sampling = resolve_sampling("skywork", bench.ability, seed=0, n=args.n, max_tokens=args.max_tokens)
@@ -104,12 +105,7 @@ def sampling_alone(model: Path, data: Path, args: argparse.Namespace) -> tuple[f
         for i, row in enumerate(bench.rows)
     ]
     batch = DEFAULT_BATCH[args.engine]
-    sampler = load_sampler(args.engine, model, sampling, settings)
-    start = time.perf_counter()
-    for at in range(0, len(requests), batch):
-        chunk = requests[at : at + batch]
-        sampler([prompt for prompt, _ in chunk], [seed for _, seed in chunk])
-    one = time.perf_counter() - start
+    one = _time_sampling(EvalReplica(args.engine, str(model), sampling, settings, cores=[]), requests, batch)
     context = multiprocessing.get_context("spawn")
     barrier, seconds = context.Barrier(2), context.Queue()
     half = len(requests) // 2
@@ -144,10 +140,15 @@ def _sample_half(
 
     replica = EvalReplica(engine, model, sampling, settings, [core])
     barrier.wait()
+    out.put(_time_sampling(replica, requests, batch))
+
+
+def _time_sampling(replica: Any, requests: list, batch: int) -> float:
+    """Seconds `replica` (an EvalReplica) takes to sample `requests` in chunks of `batch`."""
     start = time.perf_counter()
     for at in range(0, len(requests), batch):
         replica.generate(requests[at : at + batch])
-    out.put(time.perf_counter() - start)
+    return time.perf_counter() - start
 
 
 def main() -> None:
@@ -173,10 +174,18 @@ def main() -> None:
                 raise SystemExit("1 and 2 replicas wrote different samples")
             alone_one, alone_two = sampling_alone(model, data, args)
             load = os.getloadavg()[0]
-            row = {"one_s": one, "one_thread_s": single, "two_s": two, "load": load}
-            row |= {"sampling_one_s": alone_one, "sampling_two_s": alone_two}
             rows.append(
-                {**row, "ratio": two / one, "ratio_one_thread": two / single, "floor": alone_two / alone_one}
+                {
+                    "one_s": one,
+                    "one_thread_s": single,
+                    "two_s": two,
+                    "sampling_one_s": alone_one,
+                    "sampling_two_s": alone_two,
+                    "load": load,
+                    "ratio": two / one,
+                    "ratio_one_thread": two / single,
+                    "floor": alone_two / alone_one,
+                }
             )
             print(
                 f"round {round_ + 1}: 1 replica {one:.1f} s (on one thread {single:.1f} s), 2 replicas {two:.1f} s: "
