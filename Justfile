@@ -15,7 +15,8 @@ setup:
 # Resumable: rerun it after an interruption. In-training validation is avg@5 on math and avg@4 on code (the recipe);
 # base and final are evaluated with 4 samples at T=1.0 on the fixed splits (200 arithmetic problems, 100 programs),
 # code through the LiveCodeBench path (pass@1 = c/n with its interval), and the closing lines give both gains.
-# The main job, the tiny reproduction on CPU: base model, data, the three stages of stages/tiny.yaml, validation.
+# The main job, the tiny reproduction on CPU: the base model shipped with or1, data, the three stages of
+# stages/tiny.yaml, validation.
 tiny:
     [ -f tiny/model/config.json ] || {{bin}}/or1 init-model --preset tiny --out tiny/model
     [ -f tiny/data/train.parquet ] || {{bin}}/or1 prepare-data --spec data/tiny.yaml --out tiny/data

@@ -117,20 +117,34 @@ def _check_preset(preset: str) -> None:
 def init_model(
     out: Annotated[Path, typer.Option(help="Folder for the Hugging Face model (safetensors + tokenizer).")],
     preset: PresetOpt = "tiny",
-    seed: Annotated[int, typer.Option(help="Seed of the tokenizer corpus, weights and SFT data.")] = 0,
+    rebuild: Annotated[
+        bool,
+        typer.Option(help="Train the base again on this machine (about 7 min) instead of the shipped one."),
+    ] = False,
+    seed: Annotated[
+        int, typer.Option(help="Seed of the tokenizer corpus, weights and SFT data (builds).")
+    ] = 0,
     sft_steps: Annotated[
-        int, typer.Option(help="Warm-start SFT steps (more steps: a stronger base model).")
-    ] = 600,
+        int, typer.Option(help="Warm-start SFT steps (builds; more steps: a stronger base model).")
+    ] = 600,  # seed and steps: the shipped base's (or1.tinyworld.shipped.SHIPPED_RECIPE)
     overwrite: Annotated[bool, typer.Option(help="Replace an existing model folder.")] = False,
 ) -> None:
-    """Build the tiny base model (tokenizer, Qwen2 model, SFT warm start) and print its base solve rate."""
+    """Write the tiny base model: the one shipped with or1 (seed 0, 600 warm-start steps), or with --rebuild or
+    another --seed / --sft-steps one trained here (tokenizer, Qwen2 model, SFT warm start). Prints its solve rates."""
     from or1.preflight import check_output_folder
 
     _check_preset(preset)
     check_output_folder(out, "--out")
+    from or1.tinyworld.shipped import SHIPPED_RECIPE, compare_with_shipped, install_base
+
+    if not rebuild and (seed, sft_steps) == SHIPPED_RECIPE:
+        install_base(out, overwrite=overwrite)
+        return
     from or1.tinyworld.init import init_tiny_model
 
-    init_tiny_model(out, seed, sft_steps=sft_steps, overwrite=overwrite)
+    comparison = compare_with_shipped(init_tiny_model(out, seed, sft_steps=sft_steps, overwrite=overwrite))
+    if comparison:
+        typer.echo(comparison)
 
 
 @app.command("prepare-data")

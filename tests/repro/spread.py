@@ -1,35 +1,29 @@
 """The CI chain's spread over torch's CPU kernels and training seeds: `python tests/repro/spread.py --out DIR`.
 
-It builds the chain's base once (its warm start runs on pinned kernels, so the same bits under any kernel choice),
-then for each kernel choice ("native": what torch picks on this CPU; "avx2", "default": that ATEN_CPU_CAPABILITY)
-and trainer seed runs the chain of test_tiny_chain.py and checks it with the test's own check_chain. Runs already
+From the base shipped with or1 (the same bits on every machine), for each kernel choice ("native": what torch picks on
+this CPU; "avx2", "default": that ATEN_CPU_CAPABILITY) and trainer seed it runs the chain of test_tiny_chain.py and checks it with the test's own check_chain. Runs already
 finished under DIR are read again, not retrained, so an interrupted measurement resumes. Prints one table row per
 run (validations, always-solved prompts, pass or the failed check) and writes them to DIR/readings.jsonl. About 11
-minutes per run on 2 cores.
+minutes per run on 2 cores; the first line names the processor.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
-import subprocess
 import sys
 from pathlib import Path
 
+from or1.tinyworld.init import machine_description
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from test_tiny_chain import (  # noqa: E402
-    BASE_SFT_STEPS,
+    BASE,
     ENV,
     chain_data,
     chain_readings,
     check_chain,
     train_chain,
-)
-
-BUILD_BASE = (
-    "import sys, torch; from or1.tinyworld.init import init_tiny_model; "
-    f"init_tiny_model(sys.argv[1], seed=0, sft_steps={BASE_SFT_STEPS}, eval_samples=1); "
-    "print('kernel', torch.backends.cpu.get_cpu_capability())"
 )
 
 
@@ -38,15 +32,13 @@ def kernel_env(kernel: str) -> dict[str, str]:
 
 
 def measure(out: Path, kernel: str, seed: int, overrides: list[str]) -> dict:
-    env, base = kernel_env(kernel), out / "model"
-    if not (base / "config.json").is_file():
-        subprocess.run([sys.executable, "-c", BUILD_BASE, str(base)], env=env, check=True)
+    env = kernel_env(kernel)
     run_folder = out / kernel / f"seed{seed}"
     run = run_folder / "run"
     if not (run / "stage3" / "summary.json").is_file():
         run_folder.mkdir(parents=True, exist_ok=True)
-        train_chain(run_folder, base, chain_data(out / "data"), [f"trainer.seed={seed}", *overrides], env)
-    readings = {"kernel": kernel, "seed": seed, **chain_readings(run)}
+        train_chain(run_folder, BASE, chain_data(out / "data"), [f"trainer.seed={seed}", *overrides], env)
+    readings = {"cpu": machine_description()["cpu"], "kernel": kernel, "seed": seed, **chain_readings(run)}
     try:
         check_chain(run)
         readings["result"] = "pass"
@@ -62,6 +54,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--set", nargs="*", default=[], help="extra --set overrides for every run")
     args = parser.parse_args()
+    print(f"processor: {machine_description()['cpu']}")
     print(
         "| kernel | seed | base | stage 1 | stage 2 | stage 3 | code base | code s1 | code s2 | code s3 "
         "| always solved (1, 2) | result |"

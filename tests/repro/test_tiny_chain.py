@@ -61,13 +61,13 @@ import pytest
 import yaml
 
 from or1.data.synthetic import SPLITS, TinyDataset, write_tiny_dataset
-from or1.tinyworld.init import init_tiny_model
+from or1.tinyworld.shipped import SHIPPED_BASE
 
 RECIPE = Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml"
 STEPS = (100, 60, 60)  # the shipped recipe: 250 / 100 / 100
-# The `or1 init-model` default: a base at the frontier (51% of arithmetic, 15% of programs). The session's 120-step
-# model solves a few percent, too few groups with a reward signal to learn from in a few dozen steps.
-BASE_SFT_STEPS = 600
+# The base: the one shipped with or1, at the frontier (51.9% of arithmetic, 15.0% of programs). The session's
+# 120-step model solves a few percent, too few groups with a reward signal to learn from in a few dozen steps.
+BASE = SHIPPED_BASE
 # 16 samples per problem: with the recipe's 5 (or 4), one validation of the 200 problems is worth about +-1.8 points,
 # as much as a few dozen steps move it, and a check on a rise would pass or fail by the dice.
 VALIDATION_N = 16
@@ -157,10 +157,8 @@ def train_chain(
 
 @pytest.mark.timeout(1800)
 def test_tiny_chain_learns_and_hands_off(tmp_path: Path) -> None:
-    base = tmp_path / "model"
-    init_tiny_model(base, seed=0, sft_steps=BASE_SFT_STEPS, eval_samples=1)
     overrides = [f"trainer.seed={SEED}", *os.environ.get("OR1_REPRO_SET", "").split()]
-    run = train_chain(tmp_path, base, chain_data(tmp_path / "data"), overrides)
+    run = train_chain(tmp_path, BASE, chain_data(tmp_path / "data"), overrides)
     check_chain(run)
 
 

@@ -89,6 +89,15 @@ def test_report_shows_a_model_that_solves_some_tasks(tiny_model_dir):
         lengths[str(n)]["max"] for n in range(2, 7)
     )
     assert 1.6e6 < report["parameters"] < 1.8e6
+    # where it was built and how its warm start began, for comparing two machines' builds (or1.tinyworld.shipped)
+    assert len(report["sft"]["first_losses"]) == 20 and report["machine"]["cpu"]
+    assert set(report["files"]) == {
+        "config.json",
+        "generation_config.json",
+        "model.safetensors",
+        "tokenizer.json",
+        "tokenizer_config.json",
+    }
 
 
 def test_refuses_to_overwrite_a_folder(tmp_path):

@@ -1,8 +1,8 @@
 """The tiny recipe's three stages through the real CLI, back to back: `or1 train --stage 1`, `--stage 2`, `--stage 3`.
 
-Slow (about 25 minutes on 2 cores): builds the `or1 init-model` default base (400 SFT steps) and the tiny dataset,
-runs the three stages of `stages/tiny.yaml` as three `or1 train` processes in one run directory, and checks the
-MAGIC recipe from what they leave behind:
+Slow (about 20 minutes on 2 cores): from the tiny base shipped with or1 (or1.tinyworld.shipped) and the tiny
+dataset, runs the three stages of `stages/tiny.yaml` as three `or1 train` processes in one run directory, and checks
+the MAGIC recipe from what they leave behind:
 - each stage starts from the previous one's final model: its summary.json says so, its final weights are nearer
   (L2) to the previous stage's final than to the base (and, for stage 3, than to stage 1's final), and its step-0
   validation is nearer to the previous stage's last validation than to the base's;
@@ -28,11 +28,10 @@ import pytest
 from safetensors.torch import load_file
 
 from or1.data.synthetic import write_tiny_dataset
-from or1.tinyworld.init import init_tiny_model
+from or1.tinyworld.shipped import SHIPPED_BASE
 from or1.tinyworld.solve_rate import validation_solve_rate
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
-BASE_SFT_STEPS = 600  # the `or1 init-model` default
 ENV = {**os.environ, "COLUMNS": "1000"}  # rich wraps console lines at 80 columns off a terminal
 VAL_KEY = re.compile(r"^val/[^/]+/t1/avg@5$")
 
@@ -71,8 +70,7 @@ def dropped_prompts(stdout: str) -> list[int]:
 @pytest.mark.slow
 @pytest.mark.timeout(3600)
 def test_tiny_stages_back_to_back(tmp_path: Path) -> None:
-    base = tmp_path / "tiny" / "model"
-    init_tiny_model(base, seed=0, sft_steps=BASE_SFT_STEPS, eval_samples=1)
+    base = SHIPPED_BASE
     data = write_tiny_dataset(tmp_path / "tiny" / "data", seed=0)
     run_dir = tmp_path / "run"
     run_dir.mkdir(exist_ok=True)

@@ -1,17 +1,22 @@
 """Build the tiny world's base model: tokenizer, Qwen2 model, warm start, save, and measure its solve rate.
 
-Deterministic from the seed (the warm start runs a fixed number of steps), and the same bits on any x86-64 CPU with
-AVX2: the warm start runs in a child process whose arithmetic is pinned (PINNED_KERNELS), because 600 steps of
-float rounding turn a kernel's last bits into a different model (torch's AVX-512 and AVX2 kernels gave bases of
-37.8% / 15.0% and 56.0% / 9.2% on math / code from the same seed). The saved folder is a plain Hugging Face model
-folder; load it with or1.engines.loading (or AutoModelForCausalLM + PreTrainedTokenizerFast).
+Deterministic from the seed and the processor's arithmetic: the warm start runs a fixed number of steps in a child
+process on pinned kernels (PINNED_KERNELS), which made one model under torch's AVX-512, AVX2 and portable kernels on
+an AMD EPYC; an Intel Xeon still built another (issue 51: 24.4% of arithmetic where the AMD base solves 51.9%, the
+same tokenizer, losses parting within the first steps). So the main command does not rebuild it: it starts from the
+base shipped with or1 (or1.tinyworld.shipped), and this module is how that base was made and how to make it again.
+The report records the machine, the first warm-start losses and the files' hashes, so two builds can be compared.
+The saved folder is a plain Hugging Face model folder; load it with or1.engines.loading (or AutoModelForCausalLM +
+PreTrainedTokenizerFast).
 """
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import os
+import platform
 import statistics
 import subprocess
 import sys
@@ -32,7 +37,7 @@ from or1.errors import UserError
 from or1.tinyworld.architecture import TinyModelSpec, build_tiny_model, count_parameters
 from or1.tinyworld.solve_rate import SolveRate, validation_solve_rate
 from or1.tinyworld.tokenizer import train_tokenizer
-from or1.tinyworld.warmstart import SFTConfig, SFTReport, warm_start
+from or1.tinyworld.warmstart import SFTConfig, SFTReport, sft_examples, warm_start
 from or1.tokens import OR1_TINY_MARKER, load_tokenizer, prompt_ids
 
 REPORT_FILE = "or1_init_report.json"
@@ -66,6 +71,27 @@ class InitReport:
     cpu_seconds: float  # this process's CPU time: the wall time an idle machine would need at one thread
     threads: int
     settings: dict = field(default_factory=dict)
+    machine: dict = field(default_factory=dict)  # where it was built: machine_description()
+    files: dict[str, str] = field(default_factory=dict)  # sha256 of each file of the folder but this report
+
+    @classmethod
+    def read(cls, folder: str | Path) -> InitReport:
+        """The report an init wrote into `folder`."""
+        raw = json.loads((Path(folder) / REPORT_FILE).read_text())
+        rates = {
+            key: SolveRate(
+                **{**raw[key], "by_difficulty": {int(k): v for k, v in raw[key]["by_difficulty"].items()}}
+            )
+            for key in ("solve_rate", "code_solve_rate")
+        }
+        return cls(
+            **{
+                **raw,
+                **rates,
+                "sft": SFTReport(**{**raw["sft"], "first_losses": tuple(raw["sft"].get("first_losses", ()))}),
+                "gold_lengths": {int(k): LengthStats(**v) for k, v in raw["gold_lengths"].items()},
+            }
+        )
 
 
 def init_tiny_model(
@@ -86,9 +112,9 @@ def init_tiny_model(
     Solve rates are measured on the fixed validation splits (200 arithmetic problems of 3..6 operands, 100 programs
     of 3..6 steps) with `eval_samples` samples per problem at temperature 1.0, after reloading the saved folder, so
     the numbers describe exactly what was written. The default 600 steps (half of each batch programs, 30% of them
-    with a slip; about 6 min on one free core) gave math 51.9% and code 15.0% for seed 0 (69.5% and 33% greedy), the
-    same bits under torch's AVX-512, AVX2 and portable kernels (the warm start's are pinned; the solve rates are
-    sampled under this process's own). One torch thread is the default (the warm start's bits depend on it): a
+    with a slip; about 7 min on one free core) gave math 51.9% and code 15.0% for seed 0 (69.5% and 33% greedy) on
+    AMD EPYC processors, the same bits with and without AVX-512 (the shipped base, or1.tinyworld.shipped; the solve
+    rates are sampled under this process's own kernels). One torch thread is the default (the bits depend on it): a
     second one gains little on the tiny model and, when other processes hold the cores, spinning threads slowed it
     tenfold. Writes or1_init_report.json.
     """
@@ -105,7 +131,7 @@ def init_tiny_model(
     try:
         out.mkdir(parents=True, exist_ok=True)
         built = _build_pinned(out, seed, SFTConfig(steps=sft_steps, batch_size=batch_size, lr=lr), threads)
-        sft = SFTReport(**built["sft"])
+        sft = SFTReport(**{**built["sft"], "first_losses": tuple(built["sft"]["first_losses"])})
         tokenizer = load_tokenizer(out)
         rate, code_rate = (
             validation_solve_rate(
@@ -136,14 +162,53 @@ def init_tiny_model(
                 "eval_max_new_tokens": eval_max_new_tokens,
                 "spec": asdict(TinyModelSpec()),
                 "kernels": {**PINNED_KERNELS, "torch_cpu_capability": built["capability"]},
+                "data_sha256": sft_data_sha256(
+                    seed, SFTConfig(steps=sft_steps, batch_size=batch_size, lr=lr)
+                ),
             },
+            machine=machine_description(),
+            files=file_hashes(out),
         )
     finally:
         torch.set_num_threads(previous_threads)
         hf_logging.enable_progress_bar()
     (out / REPORT_FILE).write_text(json.dumps(asdict(report), indent=2) + "\n")
-    _print_report(console, report)
+    print_report(console, report, out)
     return report
+
+
+def machine_description() -> dict:
+    """The processor (lscpu's model name, vendor, flags) and torch's version and kernel level of this process."""
+    info: dict[str, str] = {}
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        for line in cpuinfo.read_text().splitlines():
+            key, _, value = line.partition(":")
+            info.setdefault(key.strip(), value.strip())
+    return {
+        "cpu": info.get("model name") or platform.processor() or platform.machine(),
+        "vendor": info.get("vendor_id", ""),
+        "flags": info.get("flags", "").split(),
+        "torch": torch.__version__,
+        "torch_cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
+
+
+def file_hashes(folder: Path) -> dict[str, str]:
+    """sha256 of each file of a model folder, the init report excepted."""
+    return {
+        path.name: hashlib.sha256(path.read_bytes()).hexdigest()
+        for path in sorted(folder.iterdir())
+        if path.is_file() and path.name != REPORT_FILE
+    }
+
+
+def sft_data_sha256(seed: int, cfg: SFTConfig) -> str:
+    """A fingerprint of every batch the warm start trains on (its examples' text, in order)."""
+    digest, batches = hashlib.sha256(), sft_examples(seed, cfg)
+    for _ in range(cfg.steps):
+        digest.update(json.dumps(next(batches)).encode())
+    return digest.hexdigest()
 
 
 _BUILT = ".or1_warm_start.json"  # what the child reports; removed once read
@@ -205,9 +270,10 @@ def gold_length_stats(
     return stats
 
 
-def _print_report(console: Console, report: InitReport) -> None:
+def print_report(console: Console, report: InitReport, folder: str | Path) -> None:
+    """The report as a table of rates and gold lengths per difficulty, and one closing line."""
     rate, code = report.solve_rate, report.code_solve_rate
-    table = Table(title=f"tiny base model: {report.out_dir}")
+    table = Table(title=f"tiny base model: {folder}")
     for column in ("operands / steps", "math solve rate", "math gold tokens mean / max", "code pass rate"):
         table.add_column(column)
     for n, stats in report.gold_lengths.items():

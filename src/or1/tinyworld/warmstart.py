@@ -51,11 +51,17 @@ class SFTConfig:
     code_steps: tuple[int, ...] = CODE_SFT_STEPS
 
 
+FIRST_LOSSES = (
+    20  # the warm start's first losses, kept in the report: two machines' builds show where they part
+)
+
+
 @dataclass(frozen=True)
 class SFTReport:
     steps: int
     seconds: float
     final_loss: float  # mean over the last 20 steps
+    first_losses: tuple[float, ...] = ()  # the first FIRST_LOSSES steps' losses, exactly as computed
 
 
 def lr_factor(step: int, cfg: SFTConfig) -> float:
@@ -144,4 +150,9 @@ def warm_start(
             )
     model.eval()
     tail = losses[-20:]
-    return SFTReport(steps=cfg.steps, seconds=time.perf_counter() - start, final_loss=sum(tail) / len(tail))
+    return SFTReport(
+        steps=cfg.steps,
+        seconds=time.perf_counter() - start,
+        final_loss=sum(tail) / len(tail),
+        first_losses=tuple(losses[:FIRST_LOSSES]),
+    )
