@@ -2,7 +2,7 @@
 
 Default suite (not slow). It runs the shipped recipe's three stages (budgets 48 / 64 / 96 tokens, GRPO, rejection
 sampling, adaptive entropy control, online filtering, arithmetic and programs in the same batches) for fewer steps
-(STEPS) from the 600-step `or1 init-model` base built here, in one `or1 train --stage all` process, and fails when
+(STEPS) from the tiny base shipped with or1 (or1.tinyworld.shipped), in one `or1 train --stage all` process, and fails when
 - validation (every stage at the same 96-token budget, the same seeds at every validation) does not rise by
   STAGE1_MARGIN from the base to the end of stage 1 and by TOTAL_MARGIN over the whole chain, code validation by
   CODE_MARGIN over the chain, or the mean of both from the end of stage 1 to the end of stage 3 by CHAIN_MARGIN;
@@ -15,8 +15,8 @@ sampling, adaptive entropy control, online filtering, arithmetic and programs in
 - a figure of `or1 report` is missing.
 
 The margins hold on any trajectory, not one machine's: torch picks other CPU kernels on other processors (AVX2,
-AVX-512), so the RL steps end in another model there. The base does not: its warm start runs on pinned kernels
-(or1.tinyworld.init), so it is the same bits everywhere. Measured on one AMD EPYC with `python tests/repro/spread.py`
+AVX-512), so the RL steps end in another model there. The base does not: it is shipped, the same bits everywhere
+(built on each machine, an Intel Xeon's base read 24.0% here and its stage 1 gained +3.8). Measured on one AMD EPYC with `python tests/repro/spread.py`
 (torch's own AVX-512 kernels with trainer seeds 0-2, ATEN_CPU_CAPABILITY=avx2 and =default with seed 0; one base),
 arithmetic avg@16 and programs avg@8, in %:
 
@@ -64,7 +64,7 @@ from or1.data.synthetic import SPLITS, TinyDataset, write_tiny_dataset
 from or1.tinyworld.shipped import SHIPPED_BASE
 
 RECIPE = Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml"
-STEPS = (100, 60, 60)  # the shipped recipe: 250 / 100 / 100
+STEPS = (100, 60, 60)  # the shipped recipe: 150 / 80 / 60
 # The base: the one shipped with or1, at the frontier (51.9% of arithmetic, 15.0% of programs). The session's
 # 120-step model solves a few percent, too few groups with a reward signal to learn from in a few dozen steps.
 BASE = SHIPPED_BASE
@@ -83,8 +83,8 @@ CODE_VAL = f"val/code_validation/t1/avg@{CODE_VALIDATION_N}"
 CODE_MARGIN = 0.08  # the chain's code gain, base -> end of stage 3
 # Code train prompts beside the math ones (ungraded, 3..6 steps): about a third of each batch, as in the recipe.
 CODE_TRAIN_PROMPTS = 400
-# The train prompts: 800 over 2..6 operands, so that stage 1 (1,600 prompts) samples each one twice (16 attempts,
-# as the shipped recipe's 250 steps do its 2,000 prompts), and 160 of them have 2 operands, which the base solves
+# The train prompts: 800 over 2..6 operands, so that stage 1 (1,600 prompts) samples each one twice (16 attempts;
+# the shipped recipe's 150 steps sample its ~2,000 graded prompts about twice too), and 160 of them have 2 operands, which the base solves
 # 86% of the time. Some prompts are then certain to be solved at every attempt, for the online filter to drop: with
 # 400 prompts over 3..6 operands (32 attempts each) one CPU kind left none, and 400 over 2..6 left 5 on this one.
 TRAIN_PROMPTS = 800
