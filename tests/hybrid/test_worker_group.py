@@ -148,14 +148,16 @@ def test_dp_compute_splits_pads_and_concatenates(group):
 def test_stream_hands_over_items_as_they_come_and_collects_the_last(group):
     seen = []
     out = group.stream(
-        "count_up", lambda rank, item: seen.append((rank, item)), Batch(tensors={"x": torch.arange(6)})
+        Toy.count_up, lambda rank, item: seen.append((rank, item)), Batch(tensors={"x": torch.arange(6)})
     )
     assert out["y"].tolist() == [100, 101, 102, 103, 104, 105]
     assert sorted(seen) == [(0, (0, 0)), (0, (0, 1)), (0, (0, 2)), (1, (1, 3)), (1, (1, 4)), (1, (1, 5))]
     with pytest.raises(
         WorkerError, match=r"rank 1 failed in count_up\(\): ValueError: boom at item 1 on rank 1"
     ):
-        group.stream("count_up", lambda rank, item: None, Batch(tensors={"x": torch.arange(6)}), fail_at=1)
+        group.stream(Toy.count_up, lambda rank, item: None, Batch(tensors={"x": torch.arange(6)}), fail_at=1)
+    with pytest.raises(AttributeError, match="not a method of Toy"):  # methods, not names, and of its class
+        group.stream(Worker.__init__, lambda rank, item: None)
 
 
 def test_only_registered_methods_are_callable(group):
@@ -246,7 +248,7 @@ def test_a_peer_seen_dead_after_its_rank_failed_is_named_as_the_cause(group, str
         with pytest.raises(WorkerError, match="rank 1 failed in lose_peer.*died.*rank 0 then failed") as err:
             if streamed:
                 doomed.stream(
-                    "lose_peer_streaming", lambda rank, item: None, Batch(tensors={"x": torch.arange(2)}), 1
+                    Toy.lose_peer_streaming, lambda rank, item: None, Batch(tensors={"x": torch.arange(2)}), 1
                 )
             else:
                 doomed.lose_peer(1)

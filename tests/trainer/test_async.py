@@ -1,4 +1,4 @@
-"""Asynchronous RL on the separate placement (trainer/rollouts.Pipelined): the staleness bound under a slow trainer and
+"""Asynchronous RL on the separate placement (trainer/placement.Separate): the staleness bound under a slow trainer and
 a slow rollout, the recipe checks, and, through `or1 train`, a resume and a rollout replica killed mid-generation, each
 ending exactly where an uninterrupted asynchronous run ends."""
 
@@ -22,8 +22,9 @@ from or1.hybrid.batch import Batch
 from or1.hybrid.columns import POLICY_VERSION
 from or1.hybrid.worker_group import WorkerError
 from or1.layout import rollout_weights_file
-from or1.trainer.rollouts import Pipelined, Sampled
+from or1.trainer.separate import Separate as Pipelined
 from or1.trainer.step_log import PhaseTimer
+from or1.trainer.step_sampler import Sampled
 from run_files import ENV, assert_same_weights, descendants, kill_while_writing, tiny_run, weights
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
@@ -91,7 +92,7 @@ class FakeSampler:
         self.cfg, self.calls, self.started = cfg, [], 0
 
     def sample(self, step, stream, timer) -> Sampled:
-        from or1.trainer.rollouts import ReplicaReplaced
+        from or1.trainer.step_sampler import ReplicaReplaced
 
         self.started = step
         while True:

@@ -198,16 +198,26 @@ class WorkerGroup:
                 f"worker group {self.name!r}: cannot collect the results of {method}(): {e}"
             ) from e
 
-    def stream(self, method: str, on_item: Callable[[int, Any], None], *args: Any, **kwargs: Any) -> Any:
-        """Run the generator `method` on every rank: `on_item(rank, item)` for each item as it arrives, but the last
-        item of each rank, which is that rank's result, collected as a plain call's would be."""
-        spec = method_spec(self.worker_cls, method)
+    def stream(
+        self,
+        method: Callable[..., Iterator[Any]],
+        on_item: Callable[[int, Any], None],
+        *args: Any,
+        **kwargs: Any,
+    ) -> Any:
+        """Run the generator `method` (a registered method of the group's worker class, e.g.
+        `RolloutRole.stream_sequences`) on every rank: `on_item(rank, item)` for each item as it arrives, but the
+        last item of each rank, which is that rank's result, collected as a plain call's would be."""
+        name = method.__name__
+        if getattr(self.worker_cls, name, None) is not method:
+            raise AttributeError(f"{method.__qualname__} is not a method of {self.worker_cls.__name__}")
+        spec = method_spec(self.worker_cls, name)
         if spec is None:
-            raise AttributeError(f"{self.worker_cls.__name__}.{method} is not marked @register(...)")
-        self._actors.check_alive(self.name, method)
+            raise AttributeError(f"{self.worker_cls.__name__}.{name} is not marked @register(...)")
+        self._actors.check_alive(self.name, name)
         split = split_call(spec.dispatch, self.world_size, args, kwargs)
         rank_of = {
-            a.stream.options(num_returns="streaming").remote(self._role, method, c.args, c.kwargs): rank
+            a.stream.options(num_returns="streaming").remote(self._role, name, c.args, c.kwargs): rank
             for rank, (a, c) in enumerate(zip(self._actors.handles, split.calls, strict=True))
         }
         last: dict[int, Any] = {}
@@ -219,15 +229,15 @@ class WorkerGroup:
                 ref = next(ready)
             except StopIteration:
                 continue
-            with _blaming_a_dead_peer(self.name, method, {g: rank_of[g] for g in pending}):
-                item = _get(self.name, rank, method, ref)
+            with _blaming_a_dead_peer(self.name, name, {g: rank_of[g] for g in pending}):
+                item = _get(self.name, rank, name, ref)
             if rank in last:  # an earlier item is a progress item only once another follows it
                 on_item(rank, last[rank])
             last[rank] = item
             pending.append(ready)
         missing = [rank for rank in range(self.world_size) if rank not in last]
         if missing:
-            raise WorkerError(self.name, missing[0], method, "its generator yielded nothing")
+            raise WorkerError(self.name, missing[0], name, "its generator yielded nothing")
         return collect(spec.dispatch, [last[r] for r in range(self.world_size)], split)
 
     def shutdown(self) -> None:

@@ -23,7 +23,6 @@ import torch
 
 from or1.atomic import atomic_path, write_text_atomically
 from or1.errors import UserError
-from or1.hybrid.worker_group import WorkerGroup
 from or1.layout import (
     CHECKPOINT_MODEL_DIR,
     CHECKPOINT_STEP,
@@ -36,11 +35,20 @@ from or1.layout import (
 
 
 class Stateful(Protocol):
-    """A part of the controller's state that goes into every checkpoint."""
+    """A part of the controller's state that goes into every checkpoint (controller.pt, under its name)."""
 
     def state_dict(self) -> dict[str, Any]: ...
 
     def load_state_dict(self, state: dict[str, Any]) -> None: ...
+
+
+class CheckpointPart(Protocol):
+    """A part that writes its own files into the checkpoint folder: a worker group (every rank its files) or the
+    separate placement (the older weight versions the steps after a resume sample with)."""
+
+    def save_checkpoint(self, path: str) -> object: ...
+
+    def load_checkpoint(self, path: str) -> object: ...
 
 
 class CheckpointManager:
@@ -50,13 +58,13 @@ class CheckpointManager:
         self,
         stage_dir: Path,
         keep: int,
-        workers: Sequence[WorkerGroup] = (),
+        workers: Sequence[CheckpointPart] = (),
         parts: Mapping[str, Stateful] | None = None,
     ):
         self.stage_dir = stage_dir
         self.root = stage_dir / CHECKPOINTS_DIR
         self.keep = keep
-        self.workers = list(workers)  # the actor group first: its ranks' files are checked
+        self.workers = list(workers)  # the actor's worker group first: its ranks' files are checked
         self.parts = dict(parts or {})
 
     def folder(self, step: int) -> Path:

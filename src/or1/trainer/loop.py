@@ -42,10 +42,11 @@ from or1.trainer.phases import (
     sampler_mismatch,
     step_metrics,
 )
+from or1.trainer.placement import RolloutPlacement
 from or1.trainer.prompt_loader import PromptLoader
-from or1.trainer.rollouts import Colocated, ConsumedLoader, Pipelined, Sampled
 from or1.trainer.skipped import SkippedSteps
 from or1.trainer.step_log import MetricsLogger, PhaseTimer, write_step_samples
+from or1.trainer.step_sampler import ConsumedLoader, Sampled
 from or1.trainer.throughput import Throughput
 from or1.trainer.validation import ValidationSet, is_due, validate
 
@@ -63,7 +64,7 @@ class Trainer:
     checkpoints: CheckpointManager
     logger: MetricsLogger
     skipped: SkippedSteps
-    rollouts: Colocated | Pipelined  # where the steps are sampled (rollout.placement)
+    placement: RolloutPlacement  # where the steps are sampled (rollout.placement)
     position: ConsumedLoader  # the loader's position as checkpointed: after the last step trained
     prompt_stats: PromptStats = field(default_factory=PromptStats)
     validation: list[ValidationSet] = field(default_factory=list)  # data.validation.sets, encoded
@@ -86,18 +87,18 @@ def train(t: Trainer) -> None:
     t.logger.start_progress(t.step)
     if t.validation and t.step == 0:  # the starting point of the stage's validation curve
         t.logger.log(0, run_validation(t, 0))
-    t.rollouts.begin(t.step)
+    t.placement.begin(t.step)
     try:
         while t.step < cfg.trainer.steps:
             if t.stop is not None and t.stop.requested:
                 stop_between_steps(t)
             step, timer = t.step + 1, PhaseTimer()
-            sampled = t.rollouts.take(step, timer)
+            sampled = t.placement.take(step, timer)
             consume(t, sampled)
             batch, rejection = rejection_sample(sampled.batch, cfg.algorithm, multiple=t.actor.world_size)
             if rejection.skip:
                 reasons = reason_counts(sampled.first)
-                published = t.rollouts.trained(step)  # the same weights, under this step's version
+                published = t.placement.trained(step)  # the same weights, under this step's version
                 metrics = {
                     "skipped": 1.0,
                     **rollout_metrics(sampled.first, rejection),
@@ -111,13 +112,13 @@ def train(t: Trainer) -> None:
                 continue
             t.skipped.reset()
             batch, update, more = train_step(t, batch, timer)
-            more = {**more, **sampled.metrics, **t.rollouts.trained(step)}
+            more = {**more, **sampled.metrics, **t.placement.trained(step)}
             metrics = step_metrics(
                 sampled.first, rejection, batch, update, t.entropy.metrics(), timer.metrics()
             )
             _finish_step(t, step, {**metrics, **more, **rates(t, metrics, timer, batch)}, sampled.first)
     finally:
-        t.rollouts.end()
+        t.placement.end()
 
 
 def consume(t: Trainer, sampled: Sampled) -> None:
@@ -182,7 +183,7 @@ def stop_between_steps(t: Trainer) -> None:
 
 def run_validation(t: Trainer, step: int) -> dict[str, float]:
     """The validation sets sampled with the weights after `step`, wherever the rollout engines are."""
-    with t.rollouts.validating(step) as engines:
+    with t.placement.validating(step) as engines:
         return validate(t.validation, engines, t.rewards, t.cfg)
 
 

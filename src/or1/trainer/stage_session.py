@@ -4,6 +4,7 @@ resume or start fresh, train to the stage's end and export the final model (and 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import suppress
 from dataclasses import dataclass
@@ -23,12 +24,15 @@ from or1.scoring import RewardManager
 from or1.stop import StopFlag
 from or1.tokens import load_tokenizer
 from or1.trainer.checkpoint import CheckpointManager
+from or1.trainer.colocated import Colocated
 from or1.trainer.handoff import filtered_prompts
 from or1.trainer.loop import Trainer, restore, train
+from or1.trainer.placement import RolloutPlacement
 from or1.trainer.prompt_loader import PromptLoader
-from or1.trainer.rollouts import Colocated, ConsumedLoader, Pipelined, StepSampler
+from or1.trainer.separate import Separate
 from or1.trainer.skipped import SkippedSteps
 from or1.trainer.step_log import MetricsLogger
+from or1.trainer.step_sampler import ConsumedLoader, StepSampler
 from or1.trainer.throughput import Throughput
 from or1.trainer.validation import ValidationSet, load_validation_sets
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
@@ -67,17 +71,14 @@ def train_in_session(
                             group.shutdown()
                 raise
             actor, critic, replicas = starting.result()
-        rollouts: Colocated | Pipelined = Colocated(actor, StepSampler(cfg, data.loader, rewards))
+        placement = choose_placement(
+            StepSampler(cfg, data.loader, rewards),
+            actor,
+            replicas,
+            lambda: start_rollout_replicas(cfg, start.model_path),
+        )
         try:
-            if replicas is not None:
-                rollouts = Pipelined(
-                    actor,
-                    rollouts.sampler,
-                    replicas,
-                    lambda: start_rollout_replicas(cfg, start.model_path),
-                    cfg.trainer.max_restarts,
-                )
-            trainer = build_trainer(cfg, stage_dir, data, actor, critic, rollouts, console)
+            trainer = build_trainer(cfg, stage_dir, data, actor, critic, placement, console)
             # the ranks' peak FLOP/s, measured (CPU) or looked up (GPU) once per stage, for the update's MFU
             trainer.throughput = Throughput.of_stage(cfg, start.model_path, actor.device_peak())
             trainer.stop = stop
@@ -101,11 +102,24 @@ def train_in_session(
             if critic is not None:
                 critic.export_model(str(stage_dir / FINAL_CRITIC_DIR))
         finally:
-            rollouts.shutdown()
+            placement.shutdown()
             actor.shutdown()  # colocated roles (the critic) go with it
     finally:
         rewards.close()  # cluster placement: its scorer actors
     return trainer, dropped
+
+
+def choose_placement(
+    sampler: StepSampler,
+    actor: WorkerGroup,
+    replicas: WorkerGroup | None,
+    start_replicas: Callable[[], WorkerGroup],
+) -> RolloutPlacement:
+    """The stage's one placement: `Separate` when it started rollout replicas (rollout.placement separate), else
+    `Colocated`."""
+    if replicas is None:
+        return Colocated(actor, sampler)
+    return Separate(actor, sampler, replicas, start_replicas, sampler.cfg.trainer.max_restarts)
 
 
 def start_worker_groups(
@@ -197,7 +211,7 @@ def build_trainer(
     data: StageData,
     actor: WorkerGroup,
     critic: WorkerGroup | None,
-    rollouts: Colocated | Pipelined,
+    placement: RolloutPlacement,
     console: Console,
 ) -> Trainer:
     """The stage's trainer over `data` with the started worker groups; its checkpoints hold the worker groups and
@@ -213,14 +227,12 @@ def build_trainer(
         "rng": ProcessRNG(),
         "skipped": skipped,
     }
-    workers = [actor] if critic is None else [actor, critic]
-    if isinstance(rollouts, Pipelined):
-        workers.append(rollouts)  # the older weight versions the steps after a resume sample with
+    workers = [actor, *([critic] if critic is not None else []), *placement.checkpoint_parts()]
     return Trainer(
         cfg=cfg,
         actor=actor,
         critic=critic,
-        rewards=rollouts.sampler.rewards,
+        rewards=placement.sampler.rewards,
         loader=data.loader,
         entropy=entropy,
         checkpoints=CheckpointManager(stage_dir, cfg.trainer.keep_checkpoints, workers, parts),
@@ -233,7 +245,7 @@ def build_trainer(
             wandb_run_name=cfg.trainer.wandb_run_name or f"{cfg.recipe}-stage{cfg.stage.index}",
         ),
         skipped=skipped,
-        rollouts=rollouts,
+        placement=placement,
         position=position,
         prompt_stats=prompt_stats,
         validation=data.validation,
