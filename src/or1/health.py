@@ -18,6 +18,18 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
 from or1.config.schema import HealthConfig
+from or1.run_metrics import (
+    ENTROPY,
+    MISMATCH_K3_KL,
+    REJECTED_FRAC,
+    SLOWEST_ROW_SECONDS,
+    STALENESS_MAX,
+    STEP,
+    TOKENS_PER_S,
+    TRUNCATED_FRAC,
+    is_validation_accuracy,
+    phase_seconds,
+)
 
 
 @dataclass(frozen=True)
@@ -66,10 +78,10 @@ Rule = Callable[[History, HealthConfig], tuple[str, float, str] | None]
 
 
 def zero_advantage(h: History, c: HealthConfig) -> tuple[str, float, str] | None:
-    share = h.latest("batch/rejected_frac", c.window)
+    share = h.latest(REJECTED_FRAC, c.window)
     if share is not None and share >= c.zero_advantage_frac:
         return (
-            "batch/rejected_frac",
+            REJECTED_FRAC,
             share,
             f"{share:.0%} of groups got one reward (nothing to learn from them): the data is too easy or too hard "
             "for the model; filter it (or1 prepare-data's difficulty band, algorithm.online_filter) or sample more "
@@ -79,7 +91,7 @@ def zero_advantage(h: History, c: HealthConfig) -> tuple[str, float, str] | None
 
 
 def truncation_rising(h: History, c: HealthConfig) -> tuple[str, float, str] | None:
-    key = "response/truncated_frac"
+    key = TRUNCATED_FRAC
     now, then = h.latest(key, c.window), h.first(key, c.window)
     if now is not None and then is not None and now >= c.truncated_frac and now > then:
         return (
@@ -93,7 +105,7 @@ def truncation_rising(h: History, c: HealthConfig) -> tuple[str, float, str] | N
 
 
 def entropy_band(h: History, c: HealthConfig) -> tuple[str, float, str] | None:
-    key = "actor/entropy"
+    key = ENTROPY
     now = h.latest(key, c.window)
     if now is None:
         return None
@@ -115,8 +127,8 @@ def entropy_band(h: History, c: HealthConfig) -> tuple[str, float, str] | None:
 
 
 def sampler_mismatch(h: History, c: HealthConfig) -> tuple[str, float, str] | None:
-    key = "mismatch/k3_kl"
-    if (h.latest("async/staleness_max", c.window) or 0.0) > 0:
+    key = MISMATCH_K3_KL
+    if (h.latest(STALENESS_MAX, c.window) or 0.0) > 0:
         return None  # asynchronous steps sample with older weights by design: the gap is the correction's to weigh
     now = h.latest(key, c.window)
     if now is not None and now > c.mismatch_k3_kl:
@@ -130,7 +142,7 @@ def sampler_mismatch(h: History, c: HealthConfig) -> tuple[str, float, str] | No
 
 
 def reward_time_growing(h: History, c: HealthConfig) -> tuple[str, float, str] | None:
-    for key in ("time/reward", "time/reward_slowest_row"):
+    for key in (phase_seconds("reward"), SLOWEST_ROW_SECONDS):
         now, then = h.latest(key, c.window), h.first(key, c.window)
         if now is not None and then is not None and now >= c.reward_seconds and now > c.reward_growth * then:
             return (
@@ -143,7 +155,7 @@ def reward_time_growing(h: History, c: HealthConfig) -> tuple[str, float, str] |
 
 
 def throughput_falling(h: History, c: HealthConfig) -> tuple[str, float, str] | None:
-    key = "perf/tokens_per_s"
+    key = TOKENS_PER_S
     now, then = h.latest(key, c.window), h.first(key, c.window)
     if now is not None and then is not None and now < (1.0 - c.throughput_drop) * then:
         return (
@@ -173,9 +185,7 @@ class Validations:
 
     def add(self, record: Mapping[str, object]) -> list[str]:
         """Record the avg@k values of `record`; the keys that got a new value."""
-        keys = [
-            k for k, v in record.items() if k.startswith("val/") and "/avg@" in k and isinstance(v, float)
-        ]
+        keys = [k for k, v in record.items() if is_validation_accuracy(k) and isinstance(v, float)]
         for key in keys:
             self.values.setdefault(key, []).append(float(record[key]))  # type: ignore[arg-type]
         return keys
@@ -203,7 +213,7 @@ class Advisor:
         """The advisories this step's record fires (none when health checks are off)."""
         if not self.config.enabled:
             return []
-        step = int(record.get("step", self.history.steps))  # type: ignore[call-overload]
+        step = int(record.get(STEP, self.history.steps))  # type: ignore[call-overload]
         self.history.add(record)
         new = []
         done = {a.rule for a in self.fired}

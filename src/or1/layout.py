@@ -51,6 +51,18 @@ def stage_directory(run_dir: Path, index: int) -> Path:
     return run_dir / f"stage{index}"
 
 
+def finished_model(run_dir: Path, index: int) -> Path | None:
+    """Stage `index`'s final model when the stage exported it (its config.json is written), else None."""
+    folder = stage_directory(run_dir, index) / FINAL_DIR
+    return folder if (folder / "config.json").is_file() else None
+
+
+def finished_critic(run_dir: Path, index: int) -> Path | None:
+    """Stage `index`'s final critic (GAE) when the stage exported it, else None."""
+    folder = stage_directory(run_dir, index) / FINAL_CRITIC_DIR
+    return folder if (folder / "config.json").is_file() else None
+
+
 def checkpoint_directory(stage_dir: Path, step: int) -> Path:
     """A stage's checkpoint of step `step` (CHECKPOINT_STEP)."""
     return stage_dir / CHECKPOINTS_DIR / f"step_{step}"

@@ -17,7 +17,7 @@ from pathlib import Path
 
 from or1.config.schema import RunConfig
 from or1.errors import UserError
-from or1.layout import FINAL_DIR, stage_directory
+from or1.layout import FINAL_DIR, finished_model, stage_directory
 
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.pt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")
@@ -279,11 +279,12 @@ def check_runnable(cfg: RunConfig, run_dir: Path, ray_address: str | None = None
         )
     check_data_files(cfg)
     if cfg.stage.index > 1:
-        previous = stage_directory(run_dir, cfg.stage.index - 1) / FINAL_DIR
-        if not (previous / "config.json").is_file():
+        previous = finished_model(run_dir, cfg.stage.index - 1)
+        if previous is None:
             raise UserError(
                 f"stage {cfg.stage.index} starts from stage {cfg.stage.index - 1}'s final model, but "
-                f"{previous} does not exist; run --stage {cfg.stage.index - 1} first"
+                f"{stage_directory(run_dir, cfg.stage.index - 1) / FINAL_DIR} does not exist; run --stage "
+                f"{cfg.stage.index - 1} first"
             )
         return str(previous)
     return str(check_model(cfg.model.path, "model.path:"))

@@ -408,7 +408,9 @@ def test_a_node_without_the_host_memory_is_refused_in_one_line():
 
 def test_plan_command_reads_a_run_and_checks_host_memory(tmp_path):
     (tmp_path / "stage1").mkdir()
-    (tmp_path / "stage1" / "metrics.jsonl").write_text(json.dumps({"response/length_mean": 6000.0}) + "\n")
+    (tmp_path / "stage1" / "metrics.jsonl").write_text(
+        json.dumps({"step": 1, "response/length_mean": 6000.0}) + "\n"
+    )
     args = ["plan", "--recipe", "or1-7b", "--stage", "2", "--gpus", "8xH100-80GB"]
     args += ["--model-config", str(CONFIGS / "qwen2-7b.json"), "--run-dir", str(tmp_path)]
     result = runner.invoke(app, [*args, "--host-memory", "2048"])

@@ -7,32 +7,22 @@ starts); else none, and the expected case is the worst case (every response at t
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 from or1.config.schema import RunConfig
 from or1.layout import METRICS_FILE, stage_directory
+from or1.run_metrics import LENGTH_MEAN, read_metrics
 
 LAST_STEPS = 20  # the previous stage's last steps averaged: its lengths when it ended
-MEAN_LENGTH = "response/length_mean"
 
 
 def previous_stage_length(run_dir: Path, stage_index: int) -> float | None:
     """The mean response length over the last LAST_STEPS steps of stage `stage_index - 1` of `run_dir`, or None
-    when there is no such stage or it logged none (a torn last line is skipped)."""
+    when there is no such stage or it logged none."""
     if stage_index < 2:
         return None
-    path = stage_directory(run_dir, stage_index - 1) / METRICS_FILE
-    if not path.is_file():
-        return None
-    lengths = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        try:
-            row = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(row, dict) and isinstance(row.get(MEAN_LENGTH), int | float):
-            lengths.append(float(row[MEAN_LENGTH]))
+    records = read_metrics(stage_directory(run_dir, stage_index - 1) / METRICS_FILE)
+    lengths = [float(r[LENGTH_MEAN]) for r in records if isinstance(r.get(LENGTH_MEAN), int | float)]
     recent = lengths[-LAST_STEPS:]
     return sum(recent) / len(recent) if recent else None
 

@@ -13,7 +13,34 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from or1.report.runfiles import VAL_ACCURACY, RunFiles
+from or1.report.runfiles import RunFiles
+from or1.run_metrics import (
+    ENTROPY,
+    ENTROPY_COEF,
+    ENTROPY_TARGET,
+    GENERATE_TOKENS_PER_S,
+    LENGTH_MAX,
+    LENGTH_MEAN,
+    MISMATCH_ABS_DIFF_MAX,
+    MISMATCH_ABS_DIFF_MEAN,
+    MISMATCH_K3_KL,
+    REJECTED_FRAC,
+    REWARD_MEAN,
+    SAMPLED_ENTROPY,
+    SOLVE_ALL_FRAC,
+    SOLVE_NONE_FRAC,
+    STEP,
+    STEP_SECONDS,
+    TRUNCATED_FRAC,
+    UPDATE_MFU,
+    UPDATE_TOKENS_PER_S,
+    VALIDATION_ACCURACY,
+    VALUE_LOSS,
+    ability_reward_mean,
+    is_training_step,
+    phase_seconds,
+    validation_truncated,
+)
 
 STEP_LABEL = "training step (all stages)"
 # The seconds of a step by phase, bottom to top; what they leave of time/step is drawn as "other".
@@ -40,7 +67,7 @@ def smooth(values: list[float], window: int) -> list[float]:
 
 def window_for(run: RunFiles) -> int:
     """About 1/40 of the run's trained steps: enough to see a trend through per-step noise."""
-    steps = sum(1 for s in run.stages for r in s.records if "batch/sampled" in r)
+    steps = sum(1 for s in run.stages for r in s.records if is_training_step(r))
     return max(1, steps // 40)
 
 
@@ -83,7 +110,7 @@ def draw_validation(ax: Axes, run: RunFiles) -> bool:
     colors = ["tab:blue", "tab:orange", "tab:green", "tab:red", "tab:purple", "tab:brown"]
     keys = run.validation_keys()
     for key, color in zip(keys, colors * 4, strict=False):
-        m = VAL_ACCURACY.match(key)
+        m = VALIDATION_ACCURACY.match(key)
         assert m is not None
         label = f"{m['set']} T={m['temperature']} avg@{m['n']}"
         for stage in run.stages:
@@ -102,17 +129,17 @@ ABILITY_COLORS = {"math": "tab:blue", "code": "tab:orange"}
 def draw_reward(ax: Axes, run: RunFiles) -> bool:
     """The training reward, and each ability's apart when a run trains more than one (math/..., code/...)."""
     window = window_for(run)
-    drawn = _line(ax, run, "reward/mean", "all (truncated = 0)", "tab:green", window)
+    drawn = _line(ax, run, REWARD_MEAN, "all (truncated = 0)", "tab:green", window)
     for ability, color in ABILITY_COLORS.items():
-        _line(ax, run, f"{ability}/reward_mean", ability, color, window)
+        _line(ax, run, ability_reward_mean(ability), ability, color, window)
     ax.set_ylabel("mean training reward (0-1)")
     return drawn
 
 
 def draw_length(ax: Axes, run: RunFiles) -> bool:
     window = window_for(run)
-    drawn = _line(ax, run, "response/length_max", "max", "tab:red", window)
-    drawn = _line(ax, run, "response/length_mean", "mean", "tab:blue", window) or drawn
+    drawn = _line(ax, run, LENGTH_MAX, "max", "tab:red", window)
+    drawn = _line(ax, run, LENGTH_MEAN, "mean", "tab:blue", window) or drawn
     for i, stage in enumerate(run.stages):
         if stage.budget:
             label = "stage budget" if i == 0 else None
@@ -124,13 +151,13 @@ def draw_length(ax: Axes, run: RunFiles) -> bool:
 def draw_truncation(ax: Axes, run: RunFiles) -> bool:
     drawn = False
     for stage in run.stages:
-        steps, values = stage.series("response/truncated_frac")
+        steps, values = stage.series(TRUNCATED_FRAC)
         if steps:
             smoothed = smooth([100 * v for v in values], window_for(run))
             ax.plot(steps, smoothed, color="tab:red", label="training" if not drawn else None)
             drawn = True
     for key in run.validation_keys():
-        truncated = key.rsplit("/", 1)[0] + "/truncated_frac"
+        truncated = validation_truncated(key)
         for i, stage in enumerate(run.stages):
             steps, values = stage.series(truncated)
             label = f"validation {key.split('/')[1]}" if i == 0 else None
@@ -141,16 +168,16 @@ def draw_truncation(ax: Axes, run: RunFiles) -> bool:
 
 def draw_entropy(ax: Axes, run: RunFiles) -> bool:
     window = window_for(run)
-    drawn = _line(ax, run, "entropy/entropy", "sampled-token entropy", "tab:purple", window)
-    _line(ax, run, "actor/entropy", "full-vocabulary entropy", "tab:pink", window)
+    drawn = _line(ax, run, SAMPLED_ENTROPY, "sampled-token entropy", "tab:purple", window)
+    _line(ax, run, ENTROPY, "full-vocabulary entropy", "tab:pink", window)
     for i, stage in enumerate(run.stages):
-        steps, targets = stage.series("entropy/target")
+        steps, targets = stage.series(ENTROPY_TARGET)
         if steps:
             ax.plot(steps, targets, color="black", linestyle=":", label="target" if i == 0 else None)
     ax.set_ylabel("entropy (nats / token)")
     coef = ax.twinx()
     for stage in run.stages:
-        steps, values = stage.series("entropy/coef")
+        steps, values = stage.series(ENTROPY_COEF)
         coef.plot(steps, values, color="tab:orange", linewidth=1.4)
     ax.plot([], [], color="tab:orange", label="coefficient (right axis)")
     coef.set_ylabel("entropy loss coefficient", color="tab:orange")
@@ -162,9 +189,9 @@ def draw_rejection(ax: Axes, run: RunFiles) -> bool:
     window = window_for(run)
     drawn = False
     for key, label, color in (
-        ("batch/rejected_frac", "groups rejected (no reward variance)", "black"),
-        ("reward/solve_all_frac", "of which all correct", "tab:green"),
-        ("reward/solve_none_frac", "of which all wrong", "tab:red"),
+        (REJECTED_FRAC, "groups rejected (no reward variance)", "black"),
+        (SOLVE_ALL_FRAC, "of which all correct", "tab:green"),
+        (SOLVE_NONE_FRAC, "of which all wrong", "tab:red"),
     ):
         for stage in run.stages:
             steps, values = stage.series(key)
@@ -177,16 +204,16 @@ def draw_rejection(ax: Axes, run: RunFiles) -> bool:
 
 def draw_time(ax: Axes, run: RunFiles) -> bool:
     window = window_for(run)
-    phases = [p for p in PHASES if run.has(f"time/{p}")]
+    phases = [p for p in PHASES if run.has(phase_seconds(p))]
     colors = ["tab:blue", "tab:green", "tab:orange", "tab:olive", "tab:cyan", "tab:red", "tab:pink"]
     drawn = False
     for stage in run.stages:
-        rows = [r for r in stage.records if "batch/sampled" in r and "time/step" in r]
+        rows = [r for r in stage.records if is_training_step(r) and STEP_SECONDS in r]
         if not rows:
             continue
-        steps = [stage.offset + int(r["step"]) for r in rows]
-        parts = [smooth([float(r.get(f"time/{p}", 0.0)) for r in rows], window) for p in phases]
-        total = smooth([float(r["time/step"]) for r in rows], window)
+        steps = [stage.offset + int(r[STEP]) for r in rows]
+        parts = [smooth([float(r.get(phase_seconds(p), 0.0)) for r in rows], window) for p in phases]
+        total = smooth([float(r[STEP_SECONDS]) for r in rows], window)
         other = [max(t - sum(col), 0.0) for t, *col in zip(total, *parts, strict=True)]
         labels = [*phases, "other"] if not drawn else [None] * (len(phases) + 1)
         ax.stackplot(steps, *parts, other, labels=labels, colors=[*colors[: len(phases)], "0.7"])
@@ -198,15 +225,13 @@ def draw_time(ax: Axes, run: RunFiles) -> bool:
 def draw_throughput(ax: Axes, run: RunFiles) -> bool:
     """Generated and update tokens per second (all devices), and the update's MFU on the right axis."""
     window = window_for(run)
-    drawn = _line(ax, run, "perf/generate_tokens_per_s", "generation", "tab:blue", window)
-    drawn = (
-        _line(ax, run, "perf/update_tokens_per_s", "update (prompt + response)", "tab:red", window) or drawn
-    )
+    drawn = _line(ax, run, GENERATE_TOKENS_PER_S, "generation", "tab:blue", window)
+    drawn = _line(ax, run, UPDATE_TOKENS_PER_S, "update (prompt + response)", "tab:red", window) or drawn
     ax.set_ylabel("tokens per second (all devices)")
-    if run.has("perf/update_mfu"):
+    if run.has(UPDATE_MFU):
         mfu = ax.twinx()
         for stage in run.stages:
-            steps, values = stage.series("perf/update_mfu")
+            steps, values = stage.series(UPDATE_MFU)
             mfu.plot(
                 steps, smooth([100 * v for v in values], window), color="black", linestyle=":", linewidth=1.2
             )
@@ -217,7 +242,7 @@ def draw_throughput(ax: Axes, run: RunFiles) -> bool:
 
 
 def draw_value_loss(ax: Axes, run: RunFiles) -> bool:
-    drawn = _line(ax, run, "critic/vf_loss", "value loss", "tab:brown", window_for(run))
+    drawn = _line(ax, run, VALUE_LOSS, "value loss", "tab:brown", window_for(run))
     ax.set_ylabel("critic value loss (squared error)")
     return drawn
 
@@ -226,9 +251,9 @@ def draw_mismatch(ax: Axes, run: RunFiles) -> bool:
     """The sampler / trainer gap per token (|log pi_actor - log pi_sampler|), on a log scale: ~1e-7 between two
     float32 sides, orders of magnitude more for a 16-bit or vLLM sampler."""
     window = window_for(run)
-    drawn = _line(ax, run, "mismatch/abs_diff_mean", "mean |log-prob gap|", "tab:purple", window)
-    drawn = _line(ax, run, "mismatch/abs_diff_max", "max |log-prob gap|", "tab:gray", window) or drawn
-    drawn = _line(ax, run, "mismatch/k3_kl", "k3 KL(sampler || actor)", "tab:olive", window) or drawn
+    drawn = _line(ax, run, MISMATCH_ABS_DIFF_MEAN, "mean |log-prob gap|", "tab:purple", window)
+    drawn = _line(ax, run, MISMATCH_ABS_DIFF_MAX, "max |log-prob gap|", "tab:gray", window) or drawn
+    drawn = _line(ax, run, MISMATCH_K3_KL, "k3 KL(sampler || actor)", "tab:olive", window) or drawn
     if drawn:
         ax.set_yscale("log")
     ax.set_ylabel("nats per token")

@@ -7,6 +7,23 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 from or1.report.runfiles import RunFiles, StageRun
+from or1.run_metrics import (
+    ENTROPY_COEF,
+    GENERATE_TOKENS_PER_S,
+    PEAK_TFLOPS_PER_DEVICE,
+    REJECTED_FRAC,
+    REWARD_MEAN,
+    SKIPPED,
+    STEP_SECONDS,
+    UPDATE_MFU,
+    UPDATE_TFLOPS_PER_DEVICE,
+    UPDATE_TOKENS_PER_S,
+    VALIDATION_PREFIX,
+    is_training_step,
+    is_validation_accuracy,
+    per_device,
+    phase_share,
+)
 
 
 def render_markdown(run: RunFiles, figures: dict[str, tuple[str, Path]], missing: list[str]) -> str:
@@ -22,7 +39,7 @@ def render_markdown(run: RunFiles, figures: dict[str, tuple[str, Path]], missing
     if run.stages:
         lines += ["## Stages", "", *stage_table(run), ""]
         lines += ["## Run health", "", *health_lines(run), ""]
-    if any(s.series("perf/generate_tokens_per_s")[0] for s in run.stages):
+    if any(s.series(GENERATE_TOKENS_PER_S)[0] for s in run.stages):
         lines += ["## Throughput", "", *throughput_table(run), "", *THROUGHPUT_NOTE, ""]
     if run.evals:
         lines += ["## Evaluation", "", *eval_table(run), ""]
@@ -43,20 +60,20 @@ def stage_table(run: RunFiles) -> list[str]:
         "|---|---|---|---|---|---|---|---|---|",
     ]
     for stage in run.stages:
-        trained = [r for r in stage.records if "batch/sampled" in r]
+        trained = [r for r in stage.records if is_training_step(r)]
         done = f"{len(trained)} of {stage.planned_steps}" if stage.planned_steps else str(len(trained))
         status = "" if stage.summary else " (running or interrupted)"
         tenth = max(1, len(trained) // 10)
-        rewards = [float(r["reward/mean"]) for r in trained if "reward/mean" in r]
+        rewards = [float(r[REWARD_MEAN]) for r in trained if REWARD_MEAN in r]
         reward = (
             f"{statistics.fmean(rewards[:tenth]):.2f} -> {statistics.fmean(rewards[-tenth:]):.2f}"
             if rewards
             else "-"
         )
-        rejected = [float(r["batch/rejected_frac"]) for r in trained if "batch/rejected_frac" in r]
-        coef = [float(r["entropy/coef"]) for r in trained if "entropy/coef" in r]
+        rejected = [float(r[REJECTED_FRAC]) for r in trained if REJECTED_FRAC in r]
+        coef = [float(r[ENTROPY_COEF]) for r in trained if ENTROPY_COEF in r]
         dropped = (stage.summary or {}).get("online_filter_dropped") or {}
-        seconds = sum(float(r.get("time/step", 0.0)) for r in trained)
+        seconds = sum(float(r.get(STEP_SECONDS, 0.0)) for r in trained)
         rows.append(
             f"| {stage.name}{status} | {done} | {stage.budget or '-'} | {validation_span(stage)} | {reward} | "
             f"{f'{statistics.fmean(rejected):.0%}' if rejected else '-'} | "
@@ -83,26 +100,26 @@ def throughput_table(run: RunFiles) -> list[str]:
         "|---|---|---|---|---|---|---|",
     ]
     for stage in run.stages:
-        trained = [r for r in stage.records if "batch/sampled" in r and not r.get("skipped")]
+        trained = [r for r in stage.records if is_training_step(r) and not r.get(SKIPPED)]
 
         def median(key: str, trained: list = trained) -> float | None:
             values = [float(r[key]) for r in trained if isinstance(r.get(key), int | float)]
             return statistics.median(values) if values else None
 
         def rate(key: str) -> str:
-            total, each = median(key), median(f"{key}_per_device")
+            total, each = median(key), median(per_device(key))
             return (
                 "-" if total is None else f"{total:.0f} ({each:.0f})" if each is not None else f"{total:.0f}"
             )
 
-        if median("perf/generate_tokens_per_s") is None:
+        if median(GENERATE_TOKENS_PER_S) is None:
             continue
-        tflops, mfu = median("perf/update_tflops_per_device"), median("perf/update_mfu")
-        shares = [median(f"perf/share_{k}") for k in ("generate", "reward", "update", "other")]
+        tflops, mfu = median(UPDATE_TFLOPS_PER_DEVICE), median(UPDATE_MFU)
+        shares = [median(phase_share(k)) for k in ("generate", "reward", "update", "other")]
         rows.append(
-            f"| {stage.name} | {rate('perf/generate_tokens_per_s')} | {rate('perf/update_tokens_per_s')} | "
+            f"| {stage.name} | {rate(GENERATE_TOKENS_PER_S)} | {rate(UPDATE_TOKENS_PER_S)} | "
             f"{'-' if tflops is None else f'{tflops:.3g}'} | {'-' if mfu is None else f'{mfu:.1%}'} | "
-            f"{peak_text(stage, median('perf/peak_tflops_per_device'))} | "
+            f"{peak_text(stage, median(PEAK_TFLOPS_PER_DEVICE))} | "
             f"{' / '.join('-' if v is None else f'{v:.0%}' for v in shares)} |"
         )
     return rows
@@ -139,11 +156,11 @@ def health_lines(run: RunFiles) -> list[str]:
 def validation_span(stage: StageRun) -> str:
     """`40.6 -> 48.8` per validation key (set, temperature), first and last validation of the stage."""
     spans = []
-    keys = dict.fromkeys(k for r in stage.records for k in r if k.startswith("val/") and "/avg@" in k)
+    keys = dict.fromkeys(k for r in stage.records for k in r if is_validation_accuracy(k))
     for key in keys:
         _, values = stage.series(key)
         if values:
-            name = key.removeprefix("val/")
+            name = key.removeprefix(VALIDATION_PREFIX)
             spans.append(f"{name} {100 * values[0]:.1f} -> {100 * values[-1]:.1f}")
     return "; ".join(spans) or "-"
 

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import math
-import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -17,9 +16,7 @@ import yaml
 
 from or1.errors import UserError
 from or1.layout import CONFIG_FILE, EVAL_DIR, METRICS_FILE, STAGE_DIR, SUMMARY_FILE
-
-# Validation accuracy keys: val/<set>/t<temperature>/avg@<n>.
-VAL_ACCURACY = re.compile(r"^val/(?P<set>.+)/t(?P<temperature>[^/]+)/avg@(?P<n>\d+)$")
+from or1.run_metrics import STEP, is_validation_accuracy, read_metrics
 
 
 @dataclass
@@ -38,7 +35,7 @@ class StageRun:
 
     @property
     def last_step(self) -> int:
-        return max((int(r["step"]) for r in self.records), default=0)
+        return max((int(r[STEP]) for r in self.records), default=0)
 
     @property
     def end(self) -> int:
@@ -47,7 +44,7 @@ class StageRun:
 
     def series(self, key: str) -> tuple[list[int], list[float]]:
         """Run-wide steps and values of `key` in the records that have it (NaN values left out)."""
-        pairs = [(self.offset + int(r["step"]), float(r[key])) for r in self.records if _number(r.get(key))]
+        pairs = [(self.offset + int(r[STEP]), float(r[key])) for r in self.records if _number(r.get(key))]
         return [s for s, _ in pairs], [v for _, v in pairs]
 
 
@@ -79,7 +76,7 @@ class RunFiles:
         keys: dict[str, None] = {}
         for stage in self.stages:
             for record in stage.records:
-                keys.update((k, None) for k in record if VAL_ACCURACY.match(k))
+                keys.update((k, None) for k in record if is_validation_accuracy(k))
         return list(keys)
 
 
@@ -123,21 +120,6 @@ def read_stage(index: int, folder: Path, previous: StageRun | None) -> StageRun:
         records=read_metrics(folder / METRICS_FILE),
         summary=_read_json(folder / SUMMARY_FILE),
     )
-
-
-def read_metrics(path: Path) -> list[dict[str, Any]]:
-    """metrics.jsonl's records; a line being written right now (not yet valid JSON) is skipped."""
-    if not path.is_file():
-        return []
-    records = []
-    for line in path.read_text().splitlines():
-        try:
-            record = json.loads(line)
-        except json.JSONDecodeError:
-            continue
-        if isinstance(record, dict) and "step" in record:
-            records.append(record)
-    return records
 
 
 def read_evals(eval_dir: Path) -> list[EvalRun]:

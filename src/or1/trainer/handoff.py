@@ -13,15 +13,14 @@ from or1.config.schema import RunConfig
 from or1.data.records import prompt_key
 from or1.data.rows import read_rows
 from or1.errors import UserError
-from or1.layout import FINAL_CRITIC_DIR, PROMPT_STATS_FILE, stage_directory
+from or1.layout import PROMPT_STATS_FILE, finished_critic, stage_directory
 
 
 def critic_start(cfg: RunConfig, run_dir: Path, model_path: str) -> str:
     """The critic's start folder: stage N-1's final critic, else critic.model_path, else the stage's start policy."""
-    if cfg.stage.index > 1:
-        previous = stage_directory(run_dir, cfg.stage.index - 1) / FINAL_CRITIC_DIR
-        if (previous / "config.json").is_file():
-            return str(previous)
+    previous = finished_critic(run_dir, cfg.stage.index - 1) if cfg.stage.index > 1 else None
+    if previous is not None:
+        return str(previous)
     path = cfg.critic.model_path or model_path
     if not Path(path).is_dir():
         raise UserError(f"critic.model_path: {path} is not a model folder (relative to {Path.cwd()})")

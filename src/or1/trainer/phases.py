@@ -40,6 +40,22 @@ from or1.hybrid.columns import (
     VALUES,
 )
 from or1.hybrid.dispatch import balanced_order
+from or1.run_metrics import ENTROPY as ENTROPY_METRIC
+from or1.run_metrics import (
+    LENGTH_MAX,
+    LENGTH_MEAN,
+    REJECTED_FRAC,
+    RESPONSE_TOKENS,
+    REWARD_MEAN,
+    SAMPLED,
+    SLOWEST_ROW_SECONDS,
+    SOLVE_ALL_FRAC,
+    SOLVE_NONE_FRAC,
+    STEP_SECONDS,
+    TOKENS_PER_S,
+    TRUNCATED_FRAC,
+    ability_reward_mean,
+)
 from or1.scoring import slowest_rows
 
 
@@ -180,18 +196,18 @@ def rollout_metrics(batch: Batch, rejection: RejectionStats) -> dict[str, float]
     """What the sampled batch looked like, before rejection: rewards, lengths, truncation, group outcomes."""
     lengths = batch.tensors[RESPONSE_LENGTH].float()
     return {
-        "reward/mean": float(batch.tensors[REWARDS].float().mean()),
+        REWARD_MEAN: float(batch.tensors[REWARDS].float().mean()),
         "reward/score_mean": float(batch.tensors[SCORES].float().mean()),
-        "reward/solve_all_frac": rejection.solve_all_frac,
-        "reward/solve_none_frac": rejection.solve_none_frac,
-        "batch/sampled": float(rejection.num_responses),
+        SOLVE_ALL_FRAC: rejection.solve_all_frac,
+        SOLVE_NONE_FRAC: rejection.solve_none_frac,
+        SAMPLED: float(rejection.num_responses),
         "batch/kept": float(rejection.kept_responses),
-        "batch/rejected_frac": rejection.dropped_frac,
+        REJECTED_FRAC: rejection.dropped_frac,
         "batch/kept_groups": float(rejection.kept_groups),
-        "response/length_mean": float(lengths.mean()),
-        "response/length_max": float(lengths.max()),
-        "response/truncated_frac": float(batch.tensors[TRUNCATED].float().mean()),
-        "response/tokens": float(lengths.sum()),
+        LENGTH_MEAN: float(lengths.mean()),
+        LENGTH_MAX: float(lengths.max()),
+        TRUNCATED_FRAC: float(batch.tensors[TRUNCATED].float().mean()),
+        RESPONSE_TOKENS: float(lengths.sum()),
         **ability_metrics(batch),
         **scoring_metrics(batch),
     }
@@ -207,7 +223,7 @@ def scoring_metrics(batch: Batch) -> dict[str, float | str]:
     if SCORE_SECONDS in batch.non_tensor and len(batch):
         seconds = [float(s) for s in batch.non_tensor[SCORE_SECONDS]]
         slowest = slowest_rows(seconds)
-        out["time/reward_slowest_row"] = max(seconds)
+        out[SLOWEST_ROW_SECONDS] = max(seconds)
         nt = batch.non_tensor
         out["perf/reward_slowest_rows"] = "; ".join(
             f"{seconds[i]:.1f}s {nt[ABILITY][i] if ABILITY in nt else '?'} "
@@ -233,7 +249,7 @@ def ability_metrics(batch: Batch) -> dict[str, float]:
         pick = torch.from_numpy(rows)
         scores = batch.tensors[SCORES][pick].float()
         out[f"{kind}/responses"] = float(rows.sum())
-        out[f"{kind}/reward_mean"] = float(batch.tensors[REWARDS][pick].float().mean())
+        out[ability_reward_mean(kind)] = float(batch.tensors[REWARDS][pick].float().mean())
         out[f"{kind}/solve_frac"] = float((scores >= 1.0).float().mean())
         out[f"{kind}/length_mean"] = float(batch.tensors[RESPONSE_LENGTH][pick].float().mean())
         out[f"{kind}/truncated_frac"] = float(batch.tensors[TRUNCATED][pick].float().mean())
@@ -253,7 +269,7 @@ def kept_metrics(batch: Batch) -> dict[str, float]:
         "batch/train_tokens": float(mask.sum()),
     }
     if ENTROPY in batch:
-        out["actor/entropy"] = float((batch.tensors[ENTROPY] * mask).sum() / tokens)
+        out[ENTROPY_METRIC] = float((batch.tensors[ENTROPY] * mask).sum() / tokens)
     return out
 
 
@@ -274,8 +290,8 @@ def step_metrics(
     """The step's log record: rollout, verifier reasons, trained rows, actor update, entropy control, time."""
     out = {**rollout_metrics(sampled, rejection), **reason_counts(sampled), **kept_metrics(trained)}
     # the entropy of the weights before the step: the old-log-prob pass's, or the fused update's (the same then)
-    out.update({f"actor/{k}": v for k, v in update.items() if k != "entropy" or "actor/entropy" not in out})
+    out.update({f"actor/{k}": v for k, v in update.items() if k != "entropy" or ENTROPY_METRIC not in out})
     out.update({f"entropy/{k}": v for k, v in entropy_control.items()})
     out.update(timings)
-    out["perf/tokens_per_s"] = out["response/tokens"] / max(timings.get("time/step", 0.0), 1e-9)
+    out[TOKENS_PER_S] = out[RESPONSE_TOKENS] / max(timings.get(STEP_SECONDS, 0.0), 1e-9)
     return out

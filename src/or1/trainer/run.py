@@ -18,7 +18,7 @@ from or1.config.recipe import dump
 from or1.config.schema import RunConfig
 from or1.errors import UserError
 from or1.hybrid.worker_group import WorkerError
-from or1.layout import CONFIG_FILE, FINAL_CRITIC_DIR, FINAL_DIR, stage_directory
+from or1.layout import CONFIG_FILE, FINAL_CRITIC_DIR, FINAL_DIR, finished_model, stage_directory
 from or1.preflight import check_runnable
 from or1.report import refresh_report
 from or1.stop import StopFlag
@@ -48,10 +48,10 @@ def run_stages(
     final = None
     for cfg in stages:
         index = cfg.stage.index
-        stage_final = stage_directory(run_dir, index) / FINAL_DIR
-        if request.stage == "all" and request.resume == "auto" and (stage_final / "config.json").is_file():
-            console.print(f"stage {index} already finished: {stage_final}", markup=False)
-            final = stage_final
+        done = finished_model(run_dir, index)
+        if request.stage == "all" and request.resume == "auto" and done is not None:
+            console.print(f"stage {index} already finished: {done}", markup=False)
+            final = done
             continue
         stop.raise_if_requested(f"stopped before stage {index}")
         final = run_stage(cfg, run)

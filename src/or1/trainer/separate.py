@@ -22,6 +22,7 @@ from or1.hybrid.columns import POLICY_VERSION
 from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker_group import WorkerError, WorkerGroup
 from or1.layout import ROLLOUT_WEIGHTS_FILE, rollout_weights_file
+from or1.run_metrics import STALENESS_MAX
 from or1.trainer.checkpoint import CheckpointPart
 from or1.trainer.step_log import PhaseTimer
 from or1.trainer.step_sampler import ReplicaReplaced, Sampled, StepSampler
@@ -93,7 +94,7 @@ class Separate:
         staleness = (step - 1) - sampled.batch.tensors[POLICY_VERSION].float()
         sampled.metrics = {
             "async/staleness_mean": float(staleness.mean()),
-            "async/staleness_max": float(staleness.max()),
+            STALENESS_MAX: float(staleness.max()),
             "async/queue_depth": float(ahead),  # later steps already sampled when this one was taken (<= k)
             "async/groups_in_flight": float(in_flight),  # groups the replicas were sampling meanwhile
             "async/replica_restarts": float(self.restarts),

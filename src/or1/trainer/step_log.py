@@ -32,6 +32,16 @@ from or1.hybrid.columns import (
 )
 from or1.layout import METRICS_FILE, SAMPLES_DIR, TENSORBOARD_DIR
 from or1.preflight import require_wandb
+from or1.run_metrics import (
+    STALENESS_MAX,
+    STEP,
+    STEP_SECONDS,
+    VALIDATION_PREFIX,
+    is_training_step,
+    is_validation_accuracy,
+    phase_seconds,
+    read_metrics,
+)
 from or1.scoring import slowest_rows
 
 
@@ -60,8 +70,8 @@ class PhaseTimer:
         self.tokens[phase] = self.tokens.get(phase, 0.0) + tokens
 
     def metrics(self) -> dict[str, float]:
-        out = {f"time/{k}": v for k, v in self.seconds.items()}
-        out["time/step"] = time.perf_counter() - self.start
+        out = {phase_seconds(k): v for k, v in self.seconds.items()}
+        out[STEP_SECONDS] = time.perf_counter() - self.start
         return out
 
 
@@ -118,18 +128,15 @@ class MetricsLogger:
 
     def records(self) -> list[dict[str, Any]]:
         """The steps logged to metrics.jsonl so far (none without the jsonl sink)."""
-        if not self.path.is_file():
-            return []
-        return [json.loads(line) for line in self.path.read_text().splitlines() if line]
+        return read_metrics(self.path)
 
     def truncate_after(self, step: int) -> None:
-        """Drop logged steps beyond `step` (written by a run that died after its last checkpoint)."""
+        """Drop logged steps beyond `step` (written by a run that died after its last checkpoint, maybe in the
+        middle of a line)."""
         if not self.path.is_file():
             return
-        kept = [
-            line for line in self.path.read_text().splitlines() if line and json.loads(line)["step"] <= step
-        ]
-        self.path.write_text("".join(line + "\n" for line in kept))
+        kept = [record for record in read_metrics(self.path) if record[STEP] <= step]
+        self.path.write_text("".join(json.dumps(record) + "\n" for record in kept))
 
     def log(self, step: int, metrics: dict[str, Any]) -> None:
         record = {"step": step, **metrics}
@@ -166,9 +173,9 @@ def progress_line(step: int, total: int, m: dict[str, Any]) -> str:
     1.1s (gen 0.4s) 120 tok/s (gen 2360 upd 3100) mfu 1.2%`: the step's response tokens per second of the whole
     step, then of generation and of the update (all devices), and the update's MFU."""
     val = " ".join(
-        f"{k.removeprefix('val/')} {v:.1%}" for k, v in m.items() if k.startswith("val/") and "/avg@" in k
+        f"{k.removeprefix(VALIDATION_PREFIX)} {v:.1%}" for k, v in m.items() if is_validation_accuracy(k)
     )
-    if "batch/sampled" not in m:  # a validation-only record (step 0)
+    if not is_training_step(m):  # a validation-only record (step 0)
         return f"step {step}/{total} validation: {val}"
     if m.get("skipped"):
         line = f"step {step}/{total} skipped: no group with reward variance (reward {m.get('reward/mean', 0):.2f})"
@@ -190,9 +197,9 @@ def progress_line(step: int, total: int, m: dict[str, Any]) -> str:
 def async_text(m: dict[str, Any]) -> str:
     """` stale 1 idle 0.2s`: under the separate placement, the trained batch's largest staleness and the seconds the
     trainer waited for it."""
-    if "async/staleness_max" not in m:
+    if STALENESS_MAX not in m:
         return ""
-    return f" stale {m['async/staleness_max']:.0f} idle {m.get('time/trainer_idle', 0.0):.1f}s"
+    return f" stale {m[STALENESS_MAX]:.0f} idle {m.get('time/trainer_idle', 0.0):.1f}s"
 
 
 def rates_text(m: dict[str, Any]) -> str:

@@ -15,19 +15,42 @@ from or1.algos.online_filter import PromptStats
 from or1.config.schema import HealthConfig
 from or1.health import Advisor
 from or1.layout import METRICS_FILE, SUMMARY_FILE
+from or1.run_metrics import (
+    ENTROPY,
+    ENTROPY_COEF,
+    GENERATE_TOKENS_PER_S,
+    LENGTH_MEAN,
+    REJECTED_FRAC,
+    RESPONSE_TOKENS,
+    REWARD_MEAN,
+    SKIPPED,
+    SOLVE_ALL_FRAC,
+    SOLVE_NONE_FRAC,
+    STEP,
+    STEP_SECONDS,
+    TRUNCATED_FRAC,
+    UPDATE_MFU,
+    UPDATE_TOKENS_PER_S,
+    VALIDATION_PREFIX,
+    VALUE_LOSS,
+    is_training_step,
+    is_validation_accuracy,
+    phase_share,
+    read_metrics,
+)
 from or1.trainer.throughput import MEDIANS
 
 # Metrics summarised as first / last / mean / min / max over the stage's trained steps.
 CURVES = (
-    "reward/mean",
-    "batch/rejected_frac",
-    "reward/solve_all_frac",
-    "reward/solve_none_frac",
-    "entropy/coef",
-    "actor/entropy",
-    "response/length_mean",
-    "response/truncated_frac",
-    "critic/vf_loss",
+    REWARD_MEAN,
+    REJECTED_FRAC,
+    SOLVE_ALL_FRAC,
+    SOLVE_NONE_FRAC,
+    ENTROPY_COEF,
+    ENTROPY,
+    LENGTH_MEAN,
+    TRUNCATED_FRAC,
+    VALUE_LOSS,
 )
 
 
@@ -40,8 +63,8 @@ def stage_summary(
     """`facts` (recipe, stage, start and final models, prompt counts, the devices' peak) plus curves, validation,
     solve counts, the medians of the throughput metrics over the trained steps (`throughput`) and the run-health
     advisories the stage's metrics fire."""
-    records = [json.loads(line) for line in (stage_dir / METRICS_FILE).read_text().splitlines() if line]
-    steps = [r for r in records if "batch/sampled" in r]
+    records = read_metrics(stage_dir / METRICS_FILE)
+    steps = [r for r in records if is_training_step(r)]
     curves = {}
     for key in CURVES:
         values = [float(r[key]) for r in steps if key in r]
@@ -56,22 +79,22 @@ def stage_summary(
     validation: dict[str, dict[str, float]] = {}
     for r in records:
         for key, value in r.items():
-            if key.startswith("val/"):
-                validation.setdefault(key, {"start": value, "start_step": r["step"]})
-                validation[key].update(end=value, end_step=r["step"])
+            if key.startswith(VALIDATION_PREFIX):
+                validation.setdefault(key, {"start": value, "start_step": r[STEP]})
+                validation[key].update(end=value, end_step=r[STEP])
     rates = [prompt_stats.solved[u] / n for u, n in prompt_stats.attempts.items() if n]
     return {
         **facts,
         "steps": len(steps),
-        "skipped_steps": sum(1 for r in steps if r.get("skipped")),
+        "skipped_steps": sum(1 for r in steps if r.get(SKIPPED)),
         "prompts_sampled": len(prompt_stats),
         "prompts_always_solved": sum(1 for r in rates if r == 1.0),
         "prompts_never_solved": sum(1 for r in rates if r == 0.0),
-        "response_tokens": sum(float(r.get("response/tokens", 0.0)) for r in steps),
-        "seconds": sum(float(r.get("time/step", 0.0)) for r in steps),
+        "response_tokens": sum(float(r.get(RESPONSE_TOKENS, 0.0)) for r in steps),
+        "seconds": sum(float(r.get(STEP_SECONDS, 0.0)) for r in steps),
         "curves": curves,
         "validation": validation,
-        "throughput": throughput_medians([r for r in steps if not r.get("skipped")]),
+        "throughput": throughput_medians([r for r in steps if not r.get(SKIPPED)]),
         "advisories": [a.as_dict() for a in Advisor.replaying(records, health).fired],
     }
 
@@ -105,15 +128,15 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
         f"stage {summary['stage']}: {summary['steps']} steps ({summary['skipped_steps']} skipped), "
         f"{summary['prompts_sampled']} prompts sampled, {summary['prompts_always_solved']} always solved, "
         f"{summary['prompts_never_solved']} never",
-        f"  reward {span('reward/mean', '.2f')}, rejected groups "
-        f"{c['batch/rejected_frac']['mean']:.0%} on average, entropy coef {span('entropy/coef', '.4f')}"
-        if "batch/rejected_frac" in c
+        f"  reward {span(REWARD_MEAN, '.2f')}, rejected groups "
+        f"{c[REJECTED_FRAC]['mean']:.0%} on average, entropy coef {span(ENTROPY_COEF, '.4f')}"
+        if REJECTED_FRAC in c
         else "  no trained step",
     ]
     if line := throughput_line(summary):
         lines.append(line)
     for key, v in summary["validation"].items():
-        if "/avg@" in key:
+        if is_validation_accuracy(key):
             lines.append(
                 f"  {key}: {v['start']:.1%} (step {v['start_step']}) -> {v['end']:.1%} (step {v['end_step']})"
             )
@@ -128,23 +151,23 @@ def throughput_line(summary: dict[str, Any]) -> str | None:
     """`  median tok/s: generate 2360, update 3100 (2 devices), MFU 1.2% of 0.35 TFLOP/s per device (measured on cpu
     (2 threads)); step time: generate 45%, reward 10%, update 35%, other 10%`."""
     t, peak = summary.get("throughput") or {}, summary.get("device_peak") or {}
-    if "perf/generate_tokens_per_s" not in t:
+    if GENERATE_TOKENS_PER_S not in t:
         return None
-    parts = [f"  median tok/s: generate {t['perf/generate_tokens_per_s']:.0f}"]
-    if "perf/update_tokens_per_s" in t:
-        parts.append(f", update {t['perf/update_tokens_per_s']:.0f}")
+    parts = [f"  median tok/s: generate {t[GENERATE_TOKENS_PER_S]:.0f}"]
+    if UPDATE_TOKENS_PER_S in t:
+        parts.append(f", update {t[UPDATE_TOKENS_PER_S]:.0f}")
     if "devices" in peak:
         parts.append(f" ({peak['devices']} device{'s' if peak['devices'] > 1 else ''})")
-    if "perf/update_mfu" in t and "tflops" in peak:
+    if UPDATE_MFU in t and "tflops" in peak:
         where = "datasheet" if peak["source"] == "table" else "measured"
         parts.append(
-            f", MFU {t['perf/update_mfu']:.1%} of {peak['tflops']:.3g} TFLOP/s per device ({where}, "
+            f", MFU {t[UPDATE_MFU]:.1%} of {peak['tflops']:.3g} TFLOP/s per device ({where}, "
             f"{peak['device']})"
         )
     shares = [
-        f"{k} {t[f'perf/share_{k}']:.0%}"
+        f"{k} {t[phase_share(k)]:.0%}"
         for k in ("generate", "reward", "update", "other")
-        if f"perf/share_{k}" in t
+        if phase_share(k) in t
     ]
     if shares:
         parts.append(f"; step time: {', '.join(shares)}")

@@ -19,19 +19,28 @@ from or1.hybrid.columns import ATTENTION_MASK, RESPONSES
 from or1.plan.flops import training_flops
 from or1.plan.model import ModelShape, read_model_shape
 from or1.plan.peak import DevicePeak
+from or1.run_metrics import (
+    GENERATE_TOKENS_PER_S,
+    PEAK_TFLOPS_PER_DEVICE,
+    STEP_SECONDS,
+    UPDATE_MFU,
+    UPDATE_TFLOPS_PER_DEVICE,
+    UPDATE_TOKENS_PER_S,
+    per_device,
+    phase_seconds,
+    phase_share,
+)
 
 # summary.json's medians (over trained steps) and the report's table, in this order
+SHARES = ("generate", "reward", "update")  # phases with a perf/share_ of their own; the rest is "other"
 MEDIANS = (
-    "perf/generate_tokens_per_s",
-    "perf/generate_tokens_per_s_per_device",
-    "perf/update_tokens_per_s",
-    "perf/update_tokens_per_s_per_device",
-    "perf/update_tflops_per_device",
-    "perf/update_mfu",
-    "perf/share_generate",
-    "perf/share_reward",
-    "perf/share_update",
-    "perf/share_other",
+    GENERATE_TOKENS_PER_S,
+    per_device(GENERATE_TOKENS_PER_S),
+    UPDATE_TOKENS_PER_S,
+    per_device(UPDATE_TOKENS_PER_S),
+    UPDATE_TFLOPS_PER_DEVICE,
+    UPDATE_MFU,
+    *(phase_share(k) for k in (*SHARES, "other")),
 )
 
 
@@ -60,19 +69,19 @@ class Throughput:
     def metrics(self, timings: dict[str, float], generated: float, trained: Batch | None) -> dict[str, float]:
         """perf/ rates of one step from its time/ metrics, the tokens it generated (all sampling rounds) and the
         batch the update trained on (None: a skipped step)."""
-        step = timings.get("time/step", 0.0)
+        step = timings.get(STEP_SECONDS, 0.0)
         out: dict[str, float] = {}
-        generate = timings.get("time/generate", 0.0)
+        generate = timings.get(phase_seconds("generate"), 0.0)
         if generate > 0:
-            out["perf/generate_tokens_per_s"] = generated / generate
-            out["perf/generate_tokens_per_s_per_device"] = generated / generate / self.devices
-        update = timings.get("time/update", 0.0)
+            out[GENERATE_TOKENS_PER_S] = generated / generate
+            out[per_device(GENERATE_TOKENS_PER_S)] = generated / generate / self.devices
+        update = timings.get(phase_seconds("update"), 0.0)
         if trained is not None and update > 0:
             out.update(self.update_metrics(trained, update))
         if step > 0:
-            shares = {k: timings.get(f"time/{k}", 0.0) / step for k in ("generate", "reward", "update")}
-            out.update({f"perf/share_{k}": v for k, v in shares.items()})
-            out["perf/share_other"] = max(0.0, 1.0 - sum(shares.values()))
+            shares = {k: timings.get(phase_seconds(k), 0.0) / step for k in SHARES}
+            out.update({phase_share(k): v for k, v in shares.items()})
+            out[phase_share("other")] = max(0.0, 1.0 - sum(shares.values()))
         return out
 
     def update_metrics(self, trained: Batch, seconds: float) -> dict[str, float]:
@@ -80,18 +89,18 @@ class Throughput:
         lengths = [int(n) for n in mask.sum(-1).tolist()]
         tokens = self.epochs * sum(lengths)
         out = {
-            "perf/update_tokens_per_s": tokens / seconds,
-            "perf/update_tokens_per_s_per_device": tokens / seconds / self.devices,
+            UPDATE_TOKENS_PER_S: tokens / seconds,
+            per_device(UPDATE_TOKENS_PER_S): tokens / seconds / self.devices,
         }
         if self.shape is None:
             return out
         # one logit per response token (the engines' logits_to_keep)
         logits = int(mask[:, -trained.tensors[RESPONSES].shape[1] :].sum())
         flops = self.epochs * training_flops(self.shape, lengths, logits)
-        out["perf/update_tflops_per_device"] = flops / seconds / self.devices / 1e12
+        out[UPDATE_TFLOPS_PER_DEVICE] = flops / seconds / self.devices / 1e12
         if self.peak is not None:
-            out["perf/update_mfu"] = out["perf/update_tflops_per_device"] / self.peak.tflops
-            out["perf/peak_tflops_per_device"] = self.peak.tflops
+            out[UPDATE_MFU] = out[UPDATE_TFLOPS_PER_DEVICE] / self.peak.tflops
+            out[PEAK_TFLOPS_PER_DEVICE] = self.peak.tflops
         return out
 
     def facts(self) -> dict[str, Any]:

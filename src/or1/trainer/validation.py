@@ -28,6 +28,7 @@ from or1.hybrid.columns import (
 from or1.hybrid.dispatch import balanced_order
 from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker_group import WorkerGroup
+from or1.run_metrics import validation_accuracy, validation_truncated
 from or1.scoring import RewardManager
 from or1.tokens import prompt_ids
 
@@ -93,9 +94,10 @@ def validate(
             )
             out = actor.generate_sequences(vset.prompts, request)
             scores = rewards.compute_scores(out.only(REWARD_COLUMNS)).tensors[SCORES]
-            prefix = f"val/{vset.name}/t{temperature:g}"
-            metrics[f"{prefix}/avg@{vset.n}"] = float(scores.mean())
-            metrics[f"{prefix}/truncated_frac"] = float(out.tensors[TRUNCATED].float().mean())
+            accuracy = validation_accuracy(vset.name, temperature, vset.n)
+            prefix = accuracy.rsplit("/", 1)[0]
+            metrics[accuracy] = float(scores.mean())
+            metrics[validation_truncated(accuracy)] = float(out.tensors[TRUNCATED].float().mean())
             metrics[f"{prefix}/length_mean"] = float(
                 out.tensors[RESPONSE_MASK].sum(-1).to(torch.float32).mean()
             )
