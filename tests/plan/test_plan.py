@@ -40,6 +40,16 @@ def test_device_spellings():
     assert Device.parse("H200-141GB").memory == 139 * GIB
 
 
+@pytest.mark.parametrize("text", ["8x-5", "8x0", "0x80", "8xH100-", "x80", "8x80x80"])
+def test_a_malformed_gpus_spelling_is_refused_with_the_expected_form(text):
+    """`--gpus 8x-5` was planned as 8 GPUs named "8x" of 5 GiB ("8x8x-5GB"); a count or memory that is not a positive
+    number is refused in one line naming the form."""
+    with pytest.raises(UserError, match=r"expected COUNTxNAME-MEMORY such as 8xH100-80GB"):
+        Device.parse(text)
+    result = runner.invoke(app, ["plan", "--recipe", "or1-7b", "--gpus", text])
+    assert result.exit_code == 2 and "8xH100-80GB" in result.output and "Traceback" not in result.output
+
+
 # The GPUs each shipped GPU recipe is planned for (trainer.devices_per_node per node, trainer.nnodes nodes) and the
 # config.json of its model: 80 GB H100s for the Skywork-OR1 recipes (DeepSeek-R1-Distill-Qwen's public Qwen2
 # architectures), one H200 (~139 GiB usable) for tiny-gpu (the `or1 init-model` model: TinyModelSpec, 293 tokens).
