@@ -79,6 +79,13 @@ def rerun_command() -> str:
     return shlex.join(["or1", *out])
 
 
+def renamed(old: str, new: str, value: Any) -> Any:
+    """The value given under a flag's old name, with a one-line note naming the new one (None / False: not given)."""
+    if value is not None and value is not False:
+        err_console.print(f"note: {old} is now {new}", style="yellow", highlight=False, markup=False)
+    return value
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version
@@ -381,7 +388,15 @@ def eval_command(
     seed: Annotated[int, typer.Option(help="Sampling and bootstrap seed.")] = 0,
     limit: Annotated[int | None, typer.Option(help="Evaluate only the first N problems.")] = None,
     workers: Annotated[int, typer.Option(help="Verifier processes / sandbox slots.")] = 2,
-    fresh: Annotated[bool, typer.Option(help="Discard cached samples made with other settings.")] = False,
+    overwrite: Annotated[
+        bool,
+        typer.Option(
+            "--overwrite",
+            help="Start over in --out: discard its cached samples (needed when settings changed) and replace a "
+            "complete evaluation there, also by a smaller one.",
+        ),
+    ] = False,
+    fresh: Annotated[bool, typer.Option("--fresh", hidden=True)] = False,  # the old name of --overwrite
 ) -> None:
     """Evaluate a model under a named protocol; resumes from cached samples after an interruption.
 
@@ -409,7 +424,7 @@ def eval_command(
         seed=seed,
         max_problems=limit,
         workers=workers,
-        fresh=fresh,
+        overwrite=overwrite or renamed("--fresh", "--overwrite", fresh),
         replicas=replicas,
         tensor_parallel_size=tensor_parallel_size,
         ray_address=ray_address,

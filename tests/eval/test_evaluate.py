@@ -147,14 +147,35 @@ def test_a_complete_cache_loads_no_model_and_more_samples_extend_it(setup: dict)
     assert more.prompts == 6
 
 
-def test_changed_settings_refuse_the_cache_unless_fresh(setup: dict) -> None:
+def test_changed_settings_refuse_the_cache_unless_overwrite(setup: dict) -> None:
     run(setup)
-    with pytest.raises(UserError, match="temperature"):
+    with pytest.raises(UserError, match="temperature.*--overwrite"):
         run(setup, temperature=0.6)
     fresh = FakeSampler()
     setup["monkeypatch"].setattr(evaluate, "load_sampler", lambda *a: fresh)
-    run(setup, temperature=0.6, fresh=True)
+    run(setup, temperature=0.6, overwrite=True)
     assert fresh.prompts == 12
+
+
+@pytest.mark.parametrize("smaller", [{"max_problems": 2}, {"n": 2}])
+def test_a_complete_evaluation_is_not_replaced_by_a_smaller_one_without_overwrite(
+    setup: dict, smaller: dict
+) -> None:
+    """`--limit 8` (or a smaller --n) into a folder holding a complete evaluation used to replace its summary.json
+    and report.md with the smaller one's; it is refused, before anything is sampled, unless --overwrite."""
+    out = run(setup)
+    before = {name: (out / name).read_text() for name in ("summary.json", "report.md", "samples.jsonl")}
+    with pytest.raises(
+        UserError, match=r"holds a complete evaluation of 3 problems x 4 samples.*--overwrite"
+    ):
+        run(setup, **smaller)
+    assert {name: (out / name).read_text() for name in before} == before
+    run(setup, **smaller, overwrite=True)
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["data"]["num_problems"], summary["sampling"]["n"]) == (
+        smaller.get("max_problems", 3),
+        smaller.get("n", 4),
+    )
 
 
 def test_a_partial_last_line_is_dropped(setup: dict) -> None:

@@ -36,7 +36,7 @@ from or1.eval.grading import group_problems, score_completions
 from or1.eval.metrics import compute_metrics
 from or1.eval.protocols import PROTOCOLS, EvalSampling, resolve_sampling
 from or1.eval.replicas import Layout, ReplicaPool, plan_layout
-from or1.eval.results import environment, model_fingerprint, now, write_outputs
+from or1.eval.results import check_not_smaller, environment, model_fingerprint, now, write_outputs
 from or1.eval.samples import SAMPLES_FILE, SampleCache
 from or1.stop import StopFlag
 
@@ -86,7 +86,7 @@ def run_eval(
     seed: int = 0,
     max_problems: int | None = None,
     workers: int = 2,
-    fresh: bool = False,
+    overwrite: bool = False,
     batch_size: int | None = None,
     show_progress: bool = True,
     replicas: int | None = 1,
@@ -97,7 +97,8 @@ def run_eval(
 
     Settings come from `protocol`, each non-None flag overriding it. An existing samples.jsonl in the folder is
     resumed when it was made with the same model, data, engine build and sampling settings; otherwise this is a
-    UserError, unless `fresh` discards it. `replicas` None: as many engines as the devices allow
+    UserError, and so is a complete evaluation there that this one would replace with fewer problems or samples,
+    unless `overwrite` starts over (the cached samples discarded). `replicas` None: as many engines as the devices allow
     (`or1.eval.replicas.plan_layout`); one engine runs in this process, more on Ray (`or1.eval.replicas`).
     """
     started = now()
@@ -132,7 +133,9 @@ def run_eval(
         "seeding": SEEDING,
         **{k: v for k, v in sampling.to_dict().items() if k not in ("n", "overridden")},
     }
-    cache = SampleCache(out / SAMPLES_FILE, fingerprint, fresh=fresh)
+    if not overwrite:
+        check_not_smaller(out, len(rows), sampling.n)
+    cache = SampleCache(out / SAMPLES_FILE, fingerprint, fresh=overwrite)
     ids = [problem_id(i, row) for i, row in enumerate(rows)]
     todo = [
         (row, pid, k)

@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from or1 import __version__
+from or1.errors import UserError
 from or1.eval.metrics import Metrics
 from or1.eval.samples import SampleRecord
 from or1.layout import REPORT_FILE, SUMMARY_FILE
@@ -67,6 +68,25 @@ def environment() -> dict[str, str | None]:
         except metadata.PackageNotFoundError:
             versions[package] = None
     return versions
+
+
+def check_not_smaller(out: Path, problems: int, samples: int) -> None:
+    """A complete evaluation in `out` (its summary.json) is never replaced by one of fewer problems or samples per
+    problem: a UserError naming --overwrite (the caller's way to start over there)."""
+    path = out / SUMMARY_FILE
+    if not path.is_file():
+        return
+    try:
+        summary = json.loads(path.read_text())
+        done = (int(summary["data"]["num_problems"]), int(summary["sampling"]["n"]))
+    except (ValueError, KeyError, TypeError):
+        return  # not an evaluation's summary: the sample cache's own checks speak for the folder
+    if problems < done[0] or samples < done[1]:
+        raise UserError(
+            f"{out} holds a complete evaluation of {done[0]} problems x {done[1]} samples; this one covers "
+            f"{problems} x {samples} and would replace its summary.json and report.md; choose another --out, or "
+            "pass --overwrite to start over there."
+        )
 
 
 def write_outputs(out: Path, summary: dict[str, Any], metrics: Metrics, records: list[SampleRecord]) -> None:
