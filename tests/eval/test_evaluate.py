@@ -278,3 +278,52 @@ def test_ctrl_c_saves_the_batch_in_progress_and_stops(setup: dict, signum: int) 
     setup["monkeypatch"].setattr(FakeSampler, "__call__", real)
     run(setup)
     assert resumed.prompts == 2 and len(records(setup["out"])) == 12
+
+
+def test_replicas_zero_is_refused_before_anything_is_written(setup: dict) -> None:
+    """--replicas 0 was refused only once sampling started, leaving a header-only samples.jsonl in --out."""
+    with pytest.raises(UserError, match="--replicas .* at least 1"):
+        run(setup, replicas=0)
+    assert not setup["out"].exists()
+
+
+SHIPPED_BASE = Path(evaluate.__file__).parents[1] / "tinyworld" / "tiny-base"
+
+
+def eval_file(tmp_path: Path, rows: list[dict] | None, name: str = "rows.parquet") -> str:
+    """`or1 eval FILE --model <the shipped tiny base>`: the one-line error it ends with (exit 2)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from or1.cli import app
+
+    path = tmp_path / name
+    if rows is None:  # the right schema, no rows
+        pq.write_table(pa.Table.from_pylist(math_rows(1)).slice(0, 0), path)
+    elif name.endswith(".jsonl"):
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    else:
+        write_rows(path, rows)
+    result = CliRunner().invoke(
+        app, ["eval", str(path), "--model", str(SHIPPED_BASE), "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "o").exists()
+    return " ".join(result.output.split())
+
+
+def test_an_or1_row_file_without_reward_model_names_the_column_and_prepare_data(tmp_path: Path) -> None:
+    rows = [{k: v for k, v in row.items() if k != "reward_model"} for row in math_rows(2)]
+    error = eval_file(tmp_path, rows)
+    assert "'reward_model'" in error and "or1 prepare-data" in error and "'problem'" not in error
+
+
+def test_an_empty_file_of_or1_rows_says_0_rows(tmp_path: Path) -> None:
+    assert f"0 rows in {tmp_path / 'rows.parquet'}" in eval_file(tmp_path, None)
+    assert f"0 rows in {tmp_path / 'empty.jsonl'}" in eval_file(tmp_path, [], "empty.jsonl")
+
+
+def test_a_question_answer_file_is_not_or1_rows_and_prepare_data_turns_it_into_rows(tmp_path: Path) -> None:
+    error = eval_file(tmp_path, [{"question": "1+1?", "answer": "2"}], "qa.jsonl")
+    assert "not a file of or1 rows" in error and "or1 prepare-data turns it into rows" in error

@@ -110,6 +110,10 @@ def run_eval(
         )
     if max_problems is not None and max_problems < 1:
         raise UserError(f"--limit must be at least 1, got {max_problems}.")
+    if (replicas is not None and replicas < 1) or tensor_parallel_size < 1:  # before --out is written
+        raise UserError(
+            f"--replicas and --tensor-parallel-size must be at least 1, got {replicas} and {tensor_parallel_size}."
+        )
     bench = load_benchmark(benchmark, data=data)
     rows = bench.rows[:max_problems] if max_problems else bench.rows
     sampling = resolve_sampling(
