@@ -429,7 +429,11 @@ def eval_command(
         tensor_parallel_size=tensor_parallel_size,
         ray_address=ray_address,
     )
-    Console().print(f"wrote {folder}/samples.jsonl, summary.json and report.md", markup=False)
+    from or1.eval.results import headline
+
+    console = Console(soft_wrap=True, highlight=False)  # paths stay whole on one line
+    for line in headline(folder):
+        console.print(line, markup=False)
 
 
 @app.command("report")

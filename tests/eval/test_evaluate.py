@@ -327,3 +327,24 @@ def test_an_empty_file_of_or1_rows_says_0_rows(tmp_path: Path) -> None:
 def test_a_question_answer_file_is_not_or1_rows_and_prepare_data_turns_it_into_rows(tmp_path: Path) -> None:
     error = eval_file(tmp_path, [{"question": "1+1?", "answer": "2"}], "qa.jsonl")
     assert "not a file of or1 rows" in error and "or1 prepare-data turns it into rows" in error
+
+
+def test_or1_eval_ends_with_its_headline(setup: dict) -> None:
+    """Each metric with its interval and where the report is (it used to print only 'wrote ... report.md')."""
+    from typer.testing import CliRunner
+
+    from or1.cli import app
+
+    args = ["eval", "aime24", "--model", str(SHIPPED_BASE), "--data", str(setup["data"]), "--n", "4"]
+    result = CliRunner().invoke(
+        app, [*args, "--max-tokens", "16", "--workers", "1", "--out", str(setup["out"])]
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((setup["out"] / "summary.json").read_text())
+    lines = result.output.splitlines()
+    for name, est in summary["metrics"]["estimates"].items():
+        if name != "pass@1":  # the same number as avg@4, shown once as "avg@4 (= pass@1)"
+            shown = f"{100 * est['value']:.1f}%  95% CI {100 * est['ci_low']:.1f}-{100 * est['ci_high']:.1f}"
+            assert any(line.split()[:1] == [name] and shown in line for line in lines), (name, result.output)
+    assert "avg@4 (= pass@1)" in result.output and "aime24: 3 problems x 4 samples" in result.output
+    assert f"report: {setup['out'] / 'report.md'}" in result.output

@@ -22,6 +22,11 @@ from or1.layout import CONFIG_FILE, EVAL_DIR, METRICS_FILE, STAGE_DIR, SUMMARY_F
 VAL_ACCURACY = re.compile(r"^val/(?P<set>.+)/t(?P<temperature>[^/]+)/avg@(?P<n>\d+)$")
 
 
+def shown_estimates(names: list[str]) -> list[str]:
+    """The estimates worth showing: pass@1 is the number avg@n already is (c / n), so it goes when avg@n is there."""
+    return [n for n in names if n != "pass@1" or not any(m.startswith("avg@") for m in names)]
+
+
 @dataclass
 class StageRun:
     """One stage<N> folder: what its config planned and what its files recorded so far."""
