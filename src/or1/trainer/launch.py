@@ -33,8 +33,8 @@ def launch(request: TrainRequest, console: Console | None = None) -> Path:
     check_train(stages[0], request.run_dir, request.ray_address)
     if request.plan_check:
         for cfg in stages:  # each stage this command runs must fit before anything starts
-            if request.gpu_memory is not None or uses_gpu(cfg):
-                if (line := check_fits(cfg, request.gpu_memory, run_dir)) is not None:
+            if request.gpus is not None or uses_gpu(cfg):
+                if (line := check_fits(cfg, request.gpus, run_dir)) is not None:
                     console.print(line, style="yellow", markup=False)
     first = stages[0]
     model = check_cpu_inputs(first)  # a CPU recipe's stage 1 model: its tokenizer counts the prompts below
