@@ -176,6 +176,8 @@ def score_file(
         )
     warnings: list[str] = []
     rows = read_rows(input_path, warnings)
+    if not rows:
+        raise UserError(f"0 rows in {input_path}; nothing to score.")
     started = time.perf_counter()
     results = _score_with_progress(rows, workers, timeout, code_timeout)
     seconds = time.perf_counter() - started
