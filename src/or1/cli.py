@@ -322,6 +322,9 @@ def train(
     from or1.trainer.launch import launch
     from or1.trainer.request import TrainRequest
 
+    if gpu_memory is not None:  # the old --gpu-memory GIB: that many GiB per GPU, which --gpus GIB says too
+        gpus = gpus or f"{renamed('--gpu-memory', '--gpus', gpu_memory):g}"
+
     launch(
         TrainRequest(
             recipe,
@@ -332,8 +335,7 @@ def train(
             ray_address,
             overwrite=overwrite,
             allow_config_change=allow_config_change,
-            gpus=gpus
-            or (f"{renamed('--gpu-memory', '--gpus', gpu_memory):g}" if gpu_memory is not None else None),
+            gpus=gpus,
             plan_check=plan_check,
         )
     )

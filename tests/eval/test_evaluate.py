@@ -170,7 +170,14 @@ def test_a_complete_evaluation_is_not_replaced_by_a_smaller_one_without_overwrit
     ):
         run(setup, **smaller)
     assert {name: (out / name).read_text() for name in before} == before
-    run(setup, **smaller, overwrite=True)
+    setup["sampler"].fail_on_call = (
+        setup["sampler"].calls + 1
+    )  # started over, then stopped: no old summary left
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run(setup, **smaller, overwrite=True)
+    assert not (out / "summary.json").exists() and not (out / "report.md").exists()
+    setup["sampler"].fail_on_call = None
+    run(setup, **smaller)  # the rerun (the resume line drops --overwrite) finishes the smaller evaluation
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["data"]["num_problems"], summary["sampling"]["n"]) == (
         smaller.get("max_problems", 3),

@@ -36,7 +36,14 @@ from or1.eval.grading import group_problems, score_completions
 from or1.eval.metrics import compute_metrics
 from or1.eval.protocols import PROTOCOLS, EvalSampling, resolve_sampling
 from or1.eval.replicas import Layout, ReplicaPool, plan_layout
-from or1.eval.results import check_not_smaller, environment, model_fingerprint, now, write_outputs
+from or1.eval.results import (
+    check_not_smaller,
+    discard_results,
+    environment,
+    model_fingerprint,
+    now,
+    write_outputs,
+)
 from or1.eval.samples import SAMPLES_FILE, SampleCache
 from or1.stop import StopFlag
 
@@ -137,7 +144,9 @@ def run_eval(
         "seeding": SEEDING,
         **{k: v for k, v in sampling.to_dict().items() if k not in ("n", "overridden")},
     }
-    if not overwrite:
+    if overwrite:  # starting over: the old results describe samples about to be discarded
+        discard_results(out)
+    else:
         check_not_smaller(out, len(rows), sampling.n)
     cache = SampleCache(out / SAMPLES_FILE, fingerprint, fresh=overwrite)
     ids = [problem_id(i, row) for i, row in enumerate(rows)]

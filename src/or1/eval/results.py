@@ -90,6 +90,12 @@ def check_not_smaller(out: Path, problems: int, samples: int) -> None:
         )
 
 
+def discard_results(out: Path) -> None:
+    """Remove `out`'s summary.json and report.md (an evaluation starting over there)."""
+    for name in (SUMMARY_FILE, REPORT_FILE):
+        (out / name).unlink(missing_ok=True)
+
+
 def write_outputs(out: Path, summary: dict[str, Any], metrics: Metrics, records: list[SampleRecord]) -> None:
     """Write summary.json (summary + metrics + reason counts) and report.md into `out`."""
     summary = {**summary, "metrics": metrics.to_dict(), "reasons": dict(Counter(r.reason for r in records))}
