@@ -146,7 +146,7 @@ def _load(spec: DataSpec, ledger: Ledger, progress: Progress) -> list[Item]:
     items = []
     for source in spec.sources:
         data_source = source.data_source or f"{source.role}-{source.name}"
-        seen, kept, why = 0, len(items), Counter[str]()
+        seen, before, why = 0, len(items), Counter[str]()  # why: each drop's reason, to name the commonest
         for index, record in iter_source(source):
             progress.advance(task)
             seen += 1
@@ -167,7 +167,7 @@ def _load(spec: DataSpec, ledger: Ledger, progress: Progress) -> list[Item]:
                 continue
             ledger.record("load", source.name, index, None)
             items.append(Item(source, index, row))
-        _check_loaded(source, seen, len(items) - kept, why, ledger, progress.console)
+        _check_loaded(source, seen, len(items) - before, why, ledger, progress.console)
     progress.update(task, total=progress.tasks[task].completed)
     return items
 

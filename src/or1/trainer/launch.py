@@ -1,8 +1,9 @@
 """`or1 train` in one pass: one request, each stage resolved once, the checks, Ray and the stop flag set up once.
 
 This module stays light (no torch): the pre-flight checks answer a bad stage, key, path, cluster address or data a
-step cannot be drawn from at once, then Ray starts (its own processes) while a thread imports the stage runner (torch, transformers: seconds of CPU),
-and the requested stages run in that one Ray, each from its resolved config (`or1.trainer.run.run_stages`).
+step cannot be drawn from at once, then Ray starts (its own processes) while a thread imports the stage runner
+(torch, transformers: seconds of CPU), and the requested stages run in that one Ray, each from its resolved config
+(`or1.trainer.run.run_stages`).
 """
 
 from __future__ import annotations
