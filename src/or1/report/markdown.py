@@ -6,7 +6,7 @@ import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 
-from or1.report.runfiles import RunFiles, StageRun
+from or1.report.runfiles import RunFiles, StageRun, shown_estimates
 
 
 def render_markdown(run: RunFiles, figures: dict[str, tuple[str, Path]], missing: list[str]) -> str:
@@ -178,7 +178,7 @@ def eval_gains(run: RunFiles) -> list[str]:
             f"{name} {100 * base.estimates[name][0]:.1f}% -> {100 * value:.1f}% "
             f"({100 * (value - base.estimates[name][0]):+.1f} points)"
             for name, (value, _, _) in final.estimates.items()
-            if name in base.estimates
+            if name in base.estimates and name in shown_estimates(list(final.estimates))
         ]
         line = f"{benchmark}, base -> final: {'; '.join(parts)}"
         comparison = compare(base.summary, final.summary)
