@@ -349,7 +349,7 @@ OTHER_PANELS = (
     Panel("online_filter", "Online filter: prompts per stage", draw_online_filter),
     Panel("eval", "Evaluation of the run's models", draw_eval),
 )
-# The one-glance figure (README): the curves that say whether a run learns like the paper's.
+# The one-glance figure (docs/reading-a-run.md): the curves that say whether a run learns like the paper's.
 OVERVIEW = ("validation", "reward", "response_length", "entropy")
 
 

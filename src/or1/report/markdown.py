@@ -118,7 +118,8 @@ def peak_text(stage: StageRun, logged: float | None) -> str:
 
 
 def health_lines(run: RunFiles) -> list[str]:
-    """Each stage's advisories from its summary.json (README, "Reading a run"), or why there are none to show."""
+    """Each stage's advisories from its summary.json (docs/reading-a-run.md, "Run health"), or why there are none
+    to show."""
     lines = []
     for stage in run.stages:
         if stage.summary is None:
