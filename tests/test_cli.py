@@ -1,8 +1,11 @@
-"""The CLI surface: every command has help, score writes what it promises, user errors are one line."""
+"""The CLI surface: every command has help with examples that parse, one flag name for one thing (old names still
+work and say the new one), score writes what it promises, user errors are one line."""
 
 import json
 import os
+import shlex
 import shutil
+from pathlib import Path
 
 import pyarrow.parquet as pq
 import pytest
@@ -11,6 +14,61 @@ from typer.testing import CliRunner
 from or1.cli import app
 
 runner = CliRunner()
+SHIPPED_BASE = Path(__file__).resolve().parents[1] / "src" / "or1" / "tinyworld" / "tiny-base"
+
+
+def commands() -> list[tuple[list[str], object]]:
+    """(the words that name it, the click command) of `or1` itself and of every command and group below it."""
+    import typer
+
+    found, todo = [], [([], typer.main.get_command(app))]
+    while todo:
+        path, command = todo.pop(0)
+        found.append((path, command))
+        todo += [([*path, name], sub) for name, sub in sorted(getattr(command, "commands", {}).items())]
+    return found
+
+
+@pytest.mark.parametrize(
+    ("path", "command"), commands(), ids=lambda x: " ".join(x) if isinstance(x, list) else ""
+)
+def test_every_command_shows_one_or_two_examples_that_parse(path, command):
+    """Each example is run with --help appended: it names this command and only flags it has (an unknown flag
+    or a removed one is exit 2, "No such option"); the help shows it and no type placeholder such as <bool>."""
+    examples = [
+        line.strip() for line in (command.epilog or "").splitlines() if line.strip().startswith("or1 ")
+    ]
+    assert 1 <= len(examples) <= 2, f"or1 {' '.join(path)}: {examples}"
+    shown = runner.invoke(app, [*path, "--help"], env={"COLUMNS": "200"})
+    assert shown.exit_code == 0 and all(example in shown.output for example in examples), shown.output
+    assert "<bool>" not in shown.output and "<list[str]>" not in shown.output, shown.output
+    for example in examples:
+        words = shlex.split(example)[1:]
+        assert words[: len(path)] == path, example
+        result = runner.invoke(app, [*words, "--help"])
+        assert result.exit_code == 0 and "Usage" in result.output, (example, result.output)
+
+
+@pytest.mark.parametrize(
+    ("args", "note"),
+    [
+        (["score", "none.jsonl", "-o", "o.jsonl"], "note: --output is now --out"),
+        (["score", "none.jsonl", "--output", "o.jsonl"], "note: --output is now --out"),
+        (
+            ["score", "none.jsonl", "--out", "o.jsonl", "--timeout", "3"],
+            "note: --timeout is now --math-timeout",
+        ),
+        (
+            ["eval", "no-such-benchmark", "--model", str(SHIPPED_BASE), "--fresh"],
+            "note: --fresh is now --overwrite",
+        ),
+    ],
+)
+def test_an_old_flag_name_still_works_and_names_the_new_one(args, note, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result = runner.invoke(app, args)
+    assert note in result.output and result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert "No such option" not in result.output
 
 
 def test_help_lists_the_commands():
@@ -39,7 +97,9 @@ def test_score_jsonl_to_parquet_keeps_every_row(tmp_path):
     ]
     source = tmp_path / "in.jsonl"
     source.write_text("".join(json.dumps(r) + "\n" for r in rows))
-    result = runner.invoke(app, ["score", str(source), "-o", str(tmp_path / "out.parquet"), "--workers", "1"])
+    result = runner.invoke(
+        app, ["score", str(source), "--out", str(tmp_path / "out.parquet"), "--workers", "1"]
+    )
     assert result.exit_code == 0, result.output
     scored = pq.read_table(tmp_path / "out.parquet").to_pylist()
     assert [(r["id"], r["score"], r["reason"]) for r in scored] == [
@@ -51,7 +111,7 @@ def test_score_jsonl_to_parquet_keeps_every_row(tmp_path):
 
 
 def test_score_missing_input_is_one_line(tmp_path):
-    result = runner.invoke(app, ["score", str(tmp_path / "none.jsonl"), "-o", str(tmp_path / "o.jsonl")])
+    result = runner.invoke(app, ["score", str(tmp_path / "none.jsonl"), "--out", str(tmp_path / "o.jsonl")])
     assert result.exit_code == 2 and "does not exist" in result.output and "Traceback" not in result.output
 
 

@@ -128,7 +128,7 @@ def test_out_paths_that_are_files(tmp_path: Path, data_file: Path) -> None:
     assert_one_error(train(tmp_path / "m", data_file, a_file), f"--run-dir {a_file} is a file")
     rows = tmp_path / "rows.jsonl"
     rows.write_text("{}\n")
-    assert_one_error(or1("score", str(rows), "-o", str(a_file / "out.jsonl")), f"{a_file} is a file")
+    assert_one_error(or1("score", str(rows), "--out", str(a_file / "out.jsonl")), f"{a_file} is a file")
     assert_one_error(or1("eval", str(rows), "--model", str(tmp_path / "nowhere")), "does not exist")
     assert a_file.read_text() == "x"
 

@@ -13,21 +13,56 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
+from typer.core import TyperCommand, TyperGroup
 
 from or1.errors import UserError
 from or1.stop import Interrupted
 
+
+class _PlainHelp:
+    """--help without a type placeholder beside it (Typer shows `<bool>` for a flag)."""
+
+    def get_help_option(self, ctx: Any) -> Any:
+        option = super().get_help_option(ctx)  # type: ignore[misc]
+        if option is not None:
+            option.metavar = ""
+        return option
+
+
+class Command(_PlainHelp, TyperCommand):
+    pass
+
+
+class Group(_PlainHelp, TyperGroup):
+    pass
+
+
+def examples(*lines: str) -> str:
+    """A command's help epilog: its example command lines (tests/test_cli.py runs each with --help appended)."""
+    return "Examples:\n\n" + "\n\n".join(lines)
+
+
 app = typer.Typer(
+    cls=Group,
     help="or1: Skywork-OR1 reasoning RL end to end: prepare data, train in stages, score, evaluate.",
+    epilog=examples("or1 doctor", "or1 train --recipe stages/tiny.yaml --stage all"),
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_enable=False,
 )
-config_app = typer.Typer(help="Inspect recipes.", no_args_is_help=True)
+config_app = typer.Typer(
+    cls=Group,
+    help="Inspect recipes.",
+    epilog=examples("or1 config show --recipe stages/tiny.yaml --stage 2"),
+    no_args_is_help=True,
+)
 app.add_typer(config_app, name="config")
-sandbox_app = typer.Typer(help="The code-execution sandbox.", no_args_is_help=True)
+sandbox_app = typer.Typer(
+    cls=Group, help="The code-execution sandbox.", epilog=examples("or1 sandbox check"), no_args_is_help=True
+)
 app.add_typer(sandbox_app, name="sandbox")
 err_console = Console(stderr=True)
+Flag = functools.partial(typer.Option, metavar="")  # an on/off option: no `<bool>` placeholder in the help
 
 
 def user_errors(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -79,6 +114,13 @@ def rerun_command() -> str:
     return shlex.join(["or1", *out])
 
 
+def renamed(old: str, new: str, value: Any) -> Any:
+    """The value given under a flag's old name, with a one-line note naming the new one (None / False: not given)."""
+    if value is not None and value is not False:
+        err_console.print(f"note: {old} is now {new}", style="yellow", highlight=False, markup=False)
+    return value
+
+
 def _version(value: bool) -> None:
     if value:
         from importlib.metadata import PackageNotFoundError, version
@@ -94,14 +136,28 @@ def _version(value: bool) -> None:
 def main_options(
     show_version: Annotated[
         bool,
-        typer.Option("--version", callback=_version, is_eager=True, help="Print or1's version and exit."),
+        Flag("--version", callback=_version, is_eager=True, help="Print or1's version and exit."),
     ] = False,
 ) -> None:
     """or1: Skywork-OR1 reasoning RL end to end: prepare data, train in stages, score, evaluate."""
 
 
-RecipeOpt = Annotated[str, typer.Option("--recipe", "-r", help="Recipe YAML path or name in stages/.")]
-SetOpt = Annotated[list[str] | None, typer.Option("--set", help="Override a config key: section.key=value.")]
+RecipeOpt = Annotated[
+    str, typer.Option("--recipe", "-r", metavar="NAME|YAML", help="Recipe YAML path or name in stages/.")
+]
+SetOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--set",
+        metavar="KEY=VALUE",
+        help="Override a config key, e.g. --set trainer.steps=2; repeat it for more keys.",
+    ),
+]
+OverwriteOpt = functools.partial(Flag, "--overwrite")
+GPUS_HELP = (
+    "GPUs per node and their memory, e.g. 8xH100-80GB (a known card: the memory it gives to PyTorch) or 8x79.1 "
+    "(GiB per GPU)"
+)
 
 
 PresetOpt = Annotated[str, typer.Option(help="Which world to build; only `tiny` (offline, CPU) exists.")]
@@ -112,14 +168,20 @@ def _check_preset(preset: str) -> None:
         raise UserError(f"unknown preset {preset!r}: the only preset is tiny")
 
 
-@app.command("init-model")
+@app.command(
+    "init-model",
+    cls=Command,
+    epilog=examples("or1 init-model --out tiny/model", "or1 init-model --out tiny/model-seed1 --seed 1"),
+)
 @user_errors
 def init_model(
     out: Annotated[Path, typer.Option(help="Folder for the Hugging Face model (safetensors + tokenizer).")],
     preset: PresetOpt = "tiny",
     rebuild: Annotated[
         bool,
-        typer.Option(help="Train the base again on this machine (about 7 min) instead of the shipped one."),
+        Flag(
+            "--rebuild", help="Train the base again on this machine (about 7 min) instead of the shipped one."
+        ),
     ] = False,
     seed: Annotated[
         int, typer.Option(help="Seed of the tokenizer corpus, weights and SFT data (builds).")
@@ -127,10 +189,12 @@ def init_model(
     sft_steps: Annotated[
         int, typer.Option(help="Warm-start SFT steps (builds; more steps: a stronger base model).")
     ] = 600,  # seed and steps: the shipped base's (or1.tinyworld.shipped.SHIPPED_RECIPE)
-    overwrite: Annotated[bool, typer.Option(help="Replace an existing model folder.")] = False,
+    overwrite: Annotated[bool, OverwriteOpt(help="Replace an existing model folder.")] = False,
 ) -> None:
-    """Write the tiny base model: the one shipped with or1 (seed 0, 600 warm-start steps), or with --rebuild or
-    another --seed / --sft-steps one trained here (tokenizer, Qwen2 model, SFT warm start). Prints its solve rates."""
+    """Write the tiny base model and print its solve rates.
+
+    The base shipped with or1 (seed 0, 600 warm-start steps), or with --rebuild or another --seed / --sft-steps one
+    trained here (tokenizer, Qwen2 model, SFT warm start)."""
     from or1.preflight import check_output_folder
 
     _check_preset(preset)
@@ -147,7 +211,13 @@ def init_model(
         typer.echo(comparison)
 
 
-@app.command("prepare-data")
+@app.command(
+    "prepare-data",
+    cls=Command,
+    epilog=examples(
+        "or1 prepare-data --preset tiny --out tiny/data", "or1 prepare-data --spec my-data.yaml --out my-data"
+    ),
+)
 @user_errors
 def prepare_data(
     out: Annotated[
@@ -161,7 +231,7 @@ def prepare_data(
         int | None,
         typer.Option(help="Without a spec: seed of the tiny training tasks, written without grading."),
     ] = None,
-    overwrite: Annotated[bool, typer.Option(help="Replace data files already in --out.")] = False,
+    overwrite: Annotated[bool, OverwriteOpt(help="Replace data files already in --out.")] = False,
     ray_address: Annotated[
         str | None,
         typer.Option(help="Run the difficulty step on this Ray cluster (e.g. auto); default: local."),
@@ -183,7 +253,14 @@ def prepare_data(
     prepare(spec or preset or "tiny", out, ray_address=ray_address, overwrite=overwrite)
 
 
-@config_app.command("show")
+@config_app.command(
+    "show",
+    cls=Command,
+    epilog=examples(
+        "or1 config show --recipe stages/tiny.yaml --stage 2",
+        "or1 config show --recipe or1-7b --set trainer.steps=10",
+    ),
+)
 @user_errors
 def config_show(
     recipe: RecipeOpt,
@@ -196,7 +273,13 @@ def config_show(
     sys.stdout.write(dump(resolve(recipe, stage, overrides or [])))
 
 
-@app.command()
+@app.command(
+    cls=Command,
+    epilog=examples(
+        "or1 train --recipe stages/tiny.yaml --stage all",
+        "or1 train --recipe my-recipe.yaml --set model.path=Qwen/Qwen2.5-0.5B-Instruct --set trainer.steps=100",
+    ),
+)
 @user_errors
 def train(
     recipe: RecipeOpt,
@@ -210,17 +293,26 @@ def train(
         str | None, typer.Option(help="Join this Ray cluster (e.g. auto); default: local.")
     ] = None,
     overwrite: Annotated[
-        bool, typer.Option(help="With --resume never: delete the stage's earlier results first.")
+        bool, OverwriteOpt(help="With --resume never: delete the stage's earlier results first.")
     ] = False,
     allow_config_change: Annotated[
-        bool, typer.Option(help="Resume even though settings differ from the stage's saved config.yaml.")
+        bool,
+        Flag(
+            "--allow-config-change",
+            help="Resume even though settings differ from the stage's saved config.yaml.",
+        ),
     ] = False,
-    gpu_memory: Annotated[
-        float | None,
-        typer.Option(help="Plan the memory check for GPUs of this many GiB (default: the visible GPU's)."),
+    gpus: Annotated[
+        str | None,
+        typer.Option(
+            help=f"Plan the memory check for these GPUs, as or1 plan --gpus: {GPUS_HELP} (default: the visible GPU)."
+        ),
     ] = None,
+    gpu_memory: Annotated[
+        float | None, typer.Option("--gpu-memory", hidden=True)
+    ] = None,  # old name of --gpus
     plan_check: Annotated[
-        bool, typer.Option(help="Refuse a stage whose planned GPU memory exceeds the GPU's (or1 plan).")
+        bool, Flag(help="Refuse a stage whose planned GPU memory exceeds the GPU's (or1 plan).")
     ] = True,
 ) -> None:
     """Train a stage of a recipe (or all remaining ones) with GRPO / MAGIC: Ray worker groups, FSDP2.
@@ -229,6 +321,9 @@ def train(
     """
     from or1.trainer.launch import launch
     from or1.trainer.request import TrainRequest
+
+    if gpu_memory is not None:  # the old --gpu-memory GIB: that many GiB per GPU, which --gpus GIB says too
+        gpus = gpus or f"{renamed('--gpu-memory', '--gpus', gpu_memory):g}"
 
     launch(
         TrainRequest(
@@ -240,13 +335,20 @@ def train(
             ray_address,
             overwrite=overwrite,
             allow_config_change=allow_config_change,
-            gpu_memory=gpu_memory,
+            gpus=gpus,
             plan_check=plan_check,
         )
     )
 
 
-@app.command("plan")
+@app.command(
+    "plan",
+    cls=Command,
+    epilog=examples(
+        "or1 plan --recipe or1-7b --gpus 8xH100-80GB",
+        "or1 plan --recipe my-recipe.yaml --stage 1 --gpus 1x24",
+    ),
+)
 @user_errors
 def plan_command(
     recipe: RecipeOpt,
@@ -256,8 +358,7 @@ def plan_command(
     gpus: Annotated[
         str | None,
         typer.Option(
-            help="GPUs per node and their memory in GiB, e.g. 8xH100-80GB (default: the visible GPU's "
-            "memory, else 80 GiB, times the recipe's devices_per_node)."
+            help=f"{GPUS_HELP} (default: the visible GPU's memory, else 80 GiB, times the recipe's devices_per_node)."
         ),
     ] = None,
     nodes: Annotated[int | None, typer.Option(help="Nodes (default: the recipe's trainer.nnodes).")] = None,
@@ -280,8 +381,9 @@ def plan_command(
     ] = None,
     overrides: SetOpt = None,
 ) -> None:
-    """Per-GPU memory of each phase of each stage at the worst case and at the expected response lengths, a node's
-    host memory, whether it fits, and the smallest change that makes it fit."""
+    """Will a recipe fit: per-GPU memory of each phase of each stage, and the smallest change that makes it fit.
+
+    Each phase at the worst case and at the expected response lengths, and a node's host memory."""
     from or1.plan.report import plan_recipe
 
     typer.echo(
@@ -298,21 +400,34 @@ def plan_command(
     )
 
 
-@app.command()
+@app.command(
+    cls=Command,
+    epilog=examples(
+        "or1 score responses.jsonl --out scored.jsonl",
+        "or1 score responses.parquet --out scored.parquet --workers 8 --math-timeout 10",
+    ),
+)
 @user_errors
 def score(
     input: Annotated[Path, typer.Argument(help="jsonl or parquet of or1 rows with a `response` field.")],
-    output: Annotated[
-        Path, typer.Option("--output", "-o", help="Where to write the scored rows (jsonl / parquet).")
-    ],
+    out: Annotated[
+        Path | None, typer.Option(help="Where to write the scored rows (jsonl / parquet); required.")
+    ] = None,
     workers: Annotated[int, typer.Option(help="Parallel verifier processes / sandbox slots.")] = 2,
-    timeout: Annotated[float, typer.Option(help="Seconds per math verification (hard limit).")] = 5.0,
+    math_timeout: Annotated[float, typer.Option(help="Seconds per math verification (hard limit).")] = 5.0,
     code_timeout: Annotated[float, typer.Option(help="Seconds per code test (hard limit).")] = 6.0,
+    output: Annotated[Path | None, typer.Option("--output", "-o", hidden=True)] = None,  # old name of --out
+    timeout: Annotated[float | None, typer.Option("--timeout", hidden=True)] = None,  # old --math-timeout
 ) -> None:
     """Score responses: math by answer verification, code by running its tests in the sandbox."""
     from or1.rewards.score_file import format_summary, score_file
 
-    summary = score_file(input, output, workers=workers, timeout=timeout, code_timeout=code_timeout)
+    out = out or renamed("--output", "--out", output)
+    if out is None:
+        raise UserError("or1 score needs --out FILE: where to write the scored rows (.jsonl or .parquet).")
+    if timeout is not None:
+        math_timeout = renamed("--timeout", "--math-timeout", timeout)
+    summary = score_file(input, out, workers=workers, timeout=math_timeout, code_timeout=code_timeout)
     for warning in summary["warnings"]:
         err_console.print(
             f"warning: {warning}", style="yellow", highlight=False, soft_wrap=True, markup=False
@@ -320,7 +435,9 @@ def score(
     err_console.print(format_summary(summary), highlight=False, soft_wrap=True, markup=False)
 
 
-@sandbox_app.command("check")
+@sandbox_app.command(
+    "check", cls=Command, epilog=examples("or1 sandbox check", "or1 sandbox check --backend docker")
+)
 @user_errors
 def sandbox_check(
     backend: Annotated[
@@ -347,13 +464,22 @@ def sandbox_check(
     Console().print(f"all {len(results)} sandbox checks passed on the {backend} backend")
 
 
-@app.command("eval")
+@app.command(
+    "eval",
+    cls=Command,
+    epilog=examples(
+        "or1 eval aime24 --model runs/or1-7b/stage2/final --n 8",
+        "or1 eval tiny/data/validation.parquet --model tiny/model --limit 4",
+    ),
+)
 @user_errors
 def eval_command(
     benchmark: Annotated[
         str, typer.Argument(help="aime24, aime25, math500, amc, livecodebench, or an or1-row file.")
     ],
-    model: Annotated[Path, typer.Option(help="HF model folder to evaluate.")],
+    model: Annotated[
+        Path, typer.Option(help="Model to evaluate: a Hugging Face folder or a hub id (owner/name).")
+    ],
     n: Annotated[
         int | None, typer.Option("--n", help="Samples per problem (default: the protocol's).")
     ] = None,
@@ -381,7 +507,14 @@ def eval_command(
     seed: Annotated[int, typer.Option(help="Sampling and bootstrap seed.")] = 0,
     limit: Annotated[int | None, typer.Option(help="Evaluate only the first N problems.")] = None,
     workers: Annotated[int, typer.Option(help="Verifier processes / sandbox slots.")] = 2,
-    fresh: Annotated[bool, typer.Option(help="Discard cached samples made with other settings.")] = False,
+    overwrite: Annotated[
+        bool,
+        OverwriteOpt(
+            help="Start over in --out: discard its cached samples (needed when settings changed) and replace a "
+            "complete evaluation there, also by a smaller one.",
+        ),
+    ] = False,
+    fresh: Annotated[bool, Flag("--fresh", hidden=True)] = False,  # the old name of --overwrite
 ) -> None:
     """Evaluate a model under a named protocol; resumes from cached samples after an interruption.
 
@@ -409,15 +542,23 @@ def eval_command(
         seed=seed,
         max_problems=limit,
         workers=workers,
-        fresh=fresh,
+        overwrite=overwrite or renamed("--fresh", "--overwrite", fresh),
         replicas=replicas,
         tensor_parallel_size=tensor_parallel_size,
         ray_address=ray_address,
     )
-    Console().print(f"wrote {folder}/samples.jsonl, summary.json and report.md", markup=False)
+    from or1.eval.results import headline
+
+    console = Console(soft_wrap=True, highlight=False)  # paths stay whole on one line
+    for line in headline(folder):
+        console.print(line, markup=False)
 
 
-@app.command("report")
+@app.command(
+    "report",
+    cls=Command,
+    epilog=examples("or1 report runs/tiny", "or1 report runs/tiny/eval/base runs/tiny/eval/final"),
+)
 @user_errors
 def report_command(
     run_dir: Annotated[Path, typer.Argument(help="A run directory of or1 train (runs/<recipe> by default).")],
@@ -455,20 +596,23 @@ def report_command(
         console.print(line)
 
 
-@app.command()
+@app.command(cls=Command, epilog=examples("or1 doctor"))
 def doctor() -> None:
-    """Report Python, torch, CUDA, vLLM, Ray, bubblewrap and Docker, and what each means for or1."""
-    from or1.doctor import run_checks
+    """What this machine can run: Python, torch, CUDA, vLLM, Ray, bubblewrap, Docker, and a verdict."""
+    from or1.doctor import run_checks, verdict
 
+    checks = run_checks()
     table = Table("component", "status", "found", "what it is for")
-    for check in run_checks():
+    for check in checks:
         table.add_row(
             check.name,
             "[green]ok[/green]" if check.ok else "[yellow]missing[/yellow]",
             check.found,
             check.meaning,
         )
-    Console().print(table)
+    console = Console()
+    console.print(table)
+    console.print(verdict(checks), markup=False, highlight=False, soft_wrap=True)
 
 
 def main() -> None:

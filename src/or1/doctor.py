@@ -110,3 +110,21 @@ def run_checks() -> list[Check]:
         )
     )
     return checks
+
+
+def verdict(checks: list[Check]) -> str:
+    """One line: what this machine can run, from the checks (`run_checks`)."""
+    ok = {check.name: check.ok for check in checks}
+    missing = [name for name in ("python", "torch", "ray", "math-verify") if not ok.get(name)]
+    if missing:
+        return f"verdict: or1 cannot train here yet: {', '.join(missing)} missing (bash scripts/setup.sh installs them)"
+    runs = "GPU and CPU recipes" if ok.get("cuda") else "CPU recipes (stages/tiny.yaml) and or1 eval on CPU"
+    engines = "hf and vllm rollouts" if ok.get("vllm") else "hf rollouts (vllm not usable here)"
+    if ok.get("bubblewrap"):
+        code = "code rewards in the local sandbox"
+    elif ok.get("docker"):
+        code = "code rewards in the docker sandbox only (reward.code_backend: docker)"
+    else:
+        code = "math rewards only (code rewards need bubblewrap or a Docker engine)"
+    gpus = "" if ok.get("cuda") else "; GPU recipes need CUDA"
+    return f"verdict: this machine runs {runs}, with {engines} and {code}{gpus}."

@@ -199,14 +199,13 @@ def check_data_files(cfg: RunConfig) -> None:
             )
 
 
-def check_cpu_inputs(cfg: RunConfig) -> None:
-    """For a CPU recipe: its data files, and the start model of stage 1. (A GPU recipe on a CPU machine gets the
-    GPU error first, from `check_runnable`.)"""
+def check_cpu_inputs(cfg: RunConfig) -> Path | None:
+    """For a CPU recipe: its data files, and the start model of stage 1, whose local folder is returned (None
+    otherwise). (A GPU recipe on a CPU machine gets the GPU error first, from `check_runnable`.)"""
     if cfg.trainer.device == "cuda":
-        return
+        return None
     check_data_files(cfg)
-    if cfg.stage.index == 1:
-        check_model(cfg.model.path, "model.path:")
+    return check_model(cfg.model.path, "model.path:") if cfg.stage.index == 1 else None
 
 
 def installed_build() -> tuple[str, str] | None:
@@ -259,11 +258,9 @@ def _cuda_visible() -> bool:
     return torch.cuda.is_available()
 
 
-def check_runnable(cfg: RunConfig, run_dir: Path, ray_address: str | None = None) -> str:
-    """The model folder this stage starts from; a UserError for what this machine or run cannot do.
-
-    A joined cluster (ray_address) may have its GPUs on worker nodes only: the resource pool checks those.
-    """
+def check_device(cfg: RunConfig, ray_address: str | None = None) -> bool:
+    """Whether the stage trains on GPUs; a UserError when it does and none is visible here (unless joining a cluster,
+    whose GPUs may be on worker nodes only: the resource pool checks those)."""
     on_gpu = uses_gpu(cfg)
     if on_gpu and ray_address is None and not _cuda_visible():
         raise UserError(
@@ -271,6 +268,15 @@ def check_runnable(cfg: RunConfig, run_dir: Path, ray_address: str | None = None
             "run it on a GPU node, join a GPU cluster with --ray-address, or use a CPU recipe such as "
             "stages/tiny.yaml"
         )
+    return on_gpu
+
+
+def check_runnable(cfg: RunConfig, run_dir: Path, ray_address: str | None = None) -> str:
+    """The model folder this stage starts from; a UserError for what this machine or run cannot do.
+
+    A joined cluster (ray_address) may have its GPUs on worker nodes only: the resource pool checks those.
+    """
+    on_gpu = check_device(cfg, ray_address)
     if cfg.rollout.engine == "vllm":
         check_vllm_usable(not on_gpu)
     if cfg.trainer.steps is None:

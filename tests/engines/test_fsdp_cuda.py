@@ -1,6 +1,6 @@
 """The FSDP2 engine on one CUDA GPU (marked gpu; skipped without CUDA): bf16 mixed precision with float32 master
 weights and reduction, the offload hand-off, FSDP2's CPUOffloadPolicy, activation checkpointing. Passed on one H200
-with torch 2.11 (README, "The GPU path")."""
+with torch 2.11 (docs/gpu.md)."""
 
 from __future__ import annotations
 

@@ -192,3 +192,22 @@ def test_ctrl_c_on_replicas_keeps_what_was_scored_and_another_layout_resumes(
     out = evaluate_tiny(tiny_model_dir, tmp_path / "stopped", replicas=1)
     assert samples(out) == one_replica
     assert json.loads((out / "summary.json").read_text())["samples_reused"] == len(kept)
+
+
+def test_ctrl_c_while_the_replicas_start_stops_with_nothing_in_flight() -> None:
+    """SIGINT before the first chunk is dealt (the replicas still loading): the pool deals nothing and stops with
+    Interrupted, which the CLI turns into exit 130 and the resume line (was a StopIteration traceback)."""
+    import signal
+
+    from or1.stop import Interrupted, StopFlag
+
+    pool = replicas.ReplicaPool.__new__(replicas.ReplicaPool)
+    pool.replicas = [
+        replicas._Replica(i, submit=lambda requests: pytest.fail("a chunk was sent after the stop"))
+        for i in range(2)
+    ]
+    stop = StopFlag()
+    stop.signum = signal.SIGINT  # what the handler sets on the first Ctrl-C
+    with pytest.raises(Interrupted, match="stopped after 0 of 3 samples") as stopped:
+        pool.run([("prompt", 0)] * 3, lambda *_: pytest.fail("nothing was sampled"), batch=2, stop=stop)
+    assert stopped.value.exit_code == 130

@@ -147,14 +147,42 @@ def test_a_complete_cache_loads_no_model_and_more_samples_extend_it(setup: dict)
     assert more.prompts == 6
 
 
-def test_changed_settings_refuse_the_cache_unless_fresh(setup: dict) -> None:
+def test_changed_settings_refuse_the_cache_unless_overwrite(setup: dict) -> None:
     run(setup)
-    with pytest.raises(UserError, match="temperature"):
+    with pytest.raises(UserError, match="temperature.*--overwrite"):
         run(setup, temperature=0.6)
     fresh = FakeSampler()
     setup["monkeypatch"].setattr(evaluate, "load_sampler", lambda *a: fresh)
-    run(setup, temperature=0.6, fresh=True)
+    run(setup, temperature=0.6, overwrite=True)
     assert fresh.prompts == 12
+
+
+@pytest.mark.parametrize("smaller", [{"max_problems": 2}, {"n": 2}])
+def test_a_complete_evaluation_is_not_replaced_by_a_smaller_one_without_overwrite(
+    setup: dict, smaller: dict
+) -> None:
+    """`--limit 8` (or a smaller --n) into a folder holding a complete evaluation used to replace its summary.json
+    and report.md with the smaller one's; it is refused, before anything is sampled, unless --overwrite."""
+    out = run(setup)
+    before = {name: (out / name).read_text() for name in ("summary.json", "report.md", "samples.jsonl")}
+    with pytest.raises(
+        UserError, match=r"holds a complete evaluation of 3 problems x 4 samples.*--overwrite"
+    ):
+        run(setup, **smaller)
+    assert {name: (out / name).read_text() for name in before} == before
+    setup["sampler"].fail_on_call = (
+        setup["sampler"].calls + 1
+    )  # started over, then stopped: no old summary left
+    with pytest.raises(RuntimeError, match="simulated crash"):
+        run(setup, **smaller, overwrite=True)
+    assert not (out / "summary.json").exists() and not (out / "report.md").exists()
+    setup["sampler"].fail_on_call = None
+    run(setup, **smaller)  # the rerun (the resume line drops --overwrite) finishes the smaller evaluation
+    summary = json.loads((out / "summary.json").read_text())
+    assert (summary["data"]["num_problems"], summary["sampling"]["n"]) == (
+        smaller.get("max_problems", 3),
+        smaller.get("n", 4),
+    )
 
 
 def test_a_partial_last_line_is_dropped(setup: dict) -> None:
@@ -257,3 +285,73 @@ def test_ctrl_c_saves_the_batch_in_progress_and_stops(setup: dict, signum: int) 
     setup["monkeypatch"].setattr(FakeSampler, "__call__", real)
     run(setup)
     assert resumed.prompts == 2 and len(records(setup["out"])) == 12
+
+
+def test_replicas_zero_is_refused_before_anything_is_written(setup: dict) -> None:
+    """--replicas 0 was refused only once sampling started, leaving a header-only samples.jsonl in --out."""
+    with pytest.raises(UserError, match="--replicas .* at least 1"):
+        run(setup, replicas=0)
+    assert not setup["out"].exists()
+
+
+SHIPPED_BASE = Path(evaluate.__file__).parents[1] / "tinyworld" / "tiny-base"
+
+
+def eval_file(tmp_path: Path, rows: list[dict] | None, name: str = "rows.parquet") -> str:
+    """`or1 eval FILE --model <the shipped tiny base>`: the one-line error it ends with (exit 2)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from typer.testing import CliRunner
+
+    from or1.cli import app
+
+    path = tmp_path / name
+    if rows is None:  # the right schema, no rows
+        pq.write_table(pa.Table.from_pylist(math_rows(1)).slice(0, 0), path)
+    elif name.endswith(".jsonl"):
+        path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    else:
+        write_rows(path, rows)
+    result = CliRunner().invoke(
+        app, ["eval", str(path), "--model", str(SHIPPED_BASE), "--out", str(tmp_path / "o")]
+    )
+    assert result.exit_code == 2 and "Traceback" not in result.output, result.output
+    assert not (tmp_path / "o").exists()
+    return " ".join(result.output.split())
+
+
+def test_an_or1_row_file_without_reward_model_names_the_column_and_prepare_data(tmp_path: Path) -> None:
+    rows = [{k: v for k, v in row.items() if k != "reward_model"} for row in math_rows(2)]
+    error = eval_file(tmp_path, rows)
+    assert "'reward_model'" in error and "or1 prepare-data" in error and "'problem'" not in error
+
+
+def test_an_empty_file_of_or1_rows_says_0_rows(tmp_path: Path) -> None:
+    assert f"0 rows in {tmp_path / 'rows.parquet'}" in eval_file(tmp_path, None)
+    assert f"0 rows in {tmp_path / 'empty.jsonl'}" in eval_file(tmp_path, [], "empty.jsonl")
+
+
+def test_a_question_answer_file_is_not_or1_rows_and_prepare_data_turns_it_into_rows(tmp_path: Path) -> None:
+    error = eval_file(tmp_path, [{"question": "1+1?", "answer": "2"}], "qa.jsonl")
+    assert "not a file of or1 rows" in error and "or1 prepare-data turns it into rows" in error
+
+
+def test_or1_eval_ends_with_its_headline(setup: dict) -> None:
+    """Each metric with its interval and where the report is (it used to print only 'wrote ... report.md')."""
+    from typer.testing import CliRunner
+
+    from or1.cli import app
+
+    args = ["eval", "aime24", "--model", str(SHIPPED_BASE), "--data", str(setup["data"]), "--n", "4"]
+    result = CliRunner().invoke(
+        app, [*args, "--max-tokens", "16", "--workers", "1", "--out", str(setup["out"])]
+    )
+    assert result.exit_code == 0, result.output
+    summary = json.loads((setup["out"] / "summary.json").read_text())
+    lines = result.output.splitlines()
+    for name, est in summary["metrics"]["estimates"].items():
+        if name != "pass@1":  # the same number as avg@4, shown once as "avg@4 (= pass@1)"
+            shown = f"{100 * est['value']:.1f}%  95% CI {100 * est['ci_low']:.1f}-{100 * est['ci_high']:.1f}"
+            assert any(line.split()[:1] == [name] and shown in line for line in lines), (name, result.output)
+    assert "avg@4 (= pass@1)" in result.output and "aime24: 3 problems x 4 samples" in result.output
+    assert f"report: {setup['out'] / 'report.md'}" in result.output

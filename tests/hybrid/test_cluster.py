@@ -71,3 +71,22 @@ def test_worker_runtime_env_puts_the_source_tree_first_and_keeps_extras():
     )
     assert env["env_vars"]["PYTHONPATH"].split(os.pathsep)[:2] == [str(SOURCE_ROOT), "/extra"]
     assert env["env_vars"]["X"] == "1" and env["config"] == {"setup_timeout_seconds": 5}
+
+
+def test_a_local_ray_says_at_most_one_line_when_it_starts():
+    """Every `or1 train` / `or1 eval` began with Ray's token-authentication notice; a private local Ray (token
+    authentication stays on) starts without it, and Ray prints at most one line of its own."""
+    import subprocess
+    import sys
+
+    code = (
+        "import ray\nfrom or1.hybrid.cluster import ray_session\n"
+        "with ray_session(None, num_cpus=1):\n    print(ray.get(ray.remote(lambda: 41).remote()) + 1)\n"
+    )
+    env = {**os.environ, "PYTHONPATH": str(SOURCE_ROOT)}
+    env.pop("RAY_AUTH_MODE", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.stdout.strip() == "42", done.stderr
+    assert "Token authentication" not in done.stderr and len(done.stderr.strip().splitlines()) <= 1, (
+        done.stderr
+    )

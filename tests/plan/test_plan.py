@@ -40,6 +40,16 @@ def test_device_spellings():
     assert Device.parse("H200-141GB").memory == 139 * GIB
 
 
+@pytest.mark.parametrize("text", ["8x-5", "8x0", "0x80", "8xH100-", "x80", "8x80x80"])
+def test_a_malformed_gpus_spelling_is_refused_with_the_expected_form(text):
+    """`--gpus 8x-5` was planned as 8 GPUs named "8x" of 5 GiB ("8x8x-5GB"); a count or memory that is not a positive
+    number is refused in one line naming the form."""
+    with pytest.raises(UserError, match=r"expected COUNTxNAME-MEMORY such as 8xH100-80GB"):
+        Device.parse(text)
+    result = runner.invoke(app, ["plan", "--recipe", "or1-7b", "--gpus", text])
+    assert result.exit_code == 2 and "8xH100-80GB" in result.output and "Traceback" not in result.output
+
+
 # The GPUs each shipped GPU recipe is planned for (trainer.devices_per_node per node, trainer.nnodes nodes) and the
 # config.json of its model: 80 GB H100s for the Skywork-OR1 recipes (DeepSeek-R1-Distill-Qwen's public Qwen2
 # architectures), one H200 (~139 GiB usable) for tiny-gpu (the `or1 init-model` model: TinyModelSpec, 293 tokens).
@@ -240,11 +250,18 @@ def test_train_refuses_a_stage_that_cannot_fit_before_any_worker(tmp_path, monke
 
     monkeypatch.setattr("or1.hybrid.cluster.ray_session", no_ray)
     result = runner.invoke(
-        app, ["train", "--recipe", str(recipe), "--gpu-memory", "24", "--run-dir", str(tmp_path)]
+        app, ["train", "--recipe", str(recipe), "--gpus", "8x24", "--run-dir", str(tmp_path)]
     )
     assert result.exit_code == 2, result.output
     line = " ".join(result.output.split())
     assert "stage 1 will not fit in GPU memory" in line and "24.0 GiB" in line and "--set" in line
+    # the old --gpu-memory GIB still works, with a line naming --gpus
+    old = runner.invoke(
+        app, ["train", "--recipe", str(recipe), "--gpu-memory", "24", "--run-dir", str(tmp_path)]
+    )
+    assert (
+        old.exit_code == 2 and "note: --gpu-memory is now --gpus" in old.output and "24.0 GiB" in old.output
+    )
     # told to go on anyway, it passes the check and stops at the next pre-flight error (no data file here)
     result = runner.invoke(
         app,
@@ -252,7 +269,7 @@ def test_train_refuses_a_stage_that_cannot_fit_before_any_worker(tmp_path, monke
             "train",
             "--recipe",
             str(recipe),
-            "--gpu-memory",
+            "--gpus",
             "24",
             "--no-plan-check",
             "--run-dir",
@@ -269,7 +286,7 @@ def test_the_pre_flight_says_what_it_could_not_check(tmp_path, monkeypatch):
     monkeypatch.setattr("huggingface_hub.hf_hub_download", unreachable)
     monkeypatch.delenv("HF_HUB_OFFLINE", raising=False)
     cfg = resolve(str(write_recipe(tmp_path, Path("nobody/not-cached-anywhere"))), 1)
-    line = check_fits(cfg, gpu_memory_gib=80)
+    line = check_fits(cfg, "80")
     assert line.startswith("stage 1: GPU memory not checked: no config.json for nobody/not-cached-anywhere")
     assert "--model-config" in line
     fetched = tmp_path / "fetched.json"
@@ -278,7 +295,7 @@ def test_the_pre_flight_says_what_it_could_not_check(tmp_path, monkeypatch):
         "huggingface_hub.hf_hub_download", lambda *_, **__: str(fetched)
     )  # a few KB, no weights
     with pytest.raises(UserError, match="stage 1 will not fit"):  # planned from the fetched 7B config.json
-        check_fits(cfg, gpu_memory_gib=24)
+        check_fits(cfg, "24")
 
 
 def test_a_plan_above_nine_tenths_of_the_gpu_fits_with_a_warning(tmp_path):
@@ -293,9 +310,9 @@ def test_a_plan_above_nine_tenths_of_the_gpu_fits_with_a_warning(tmp_path):
     plan = plan_stage(cfg, read_model_shape(model), tight)
     assert plan.fits and plan.tight
     assert "fits, TIGHT" in format_stage(plan, None) and "above 90%" in format_stage(plan, None)
-    line = check_fits(cfg, gpu_memory_gib=tight.memory / GIB)
+    line = check_fits(cfg, f"{tight.memory / GIB}")
     assert line.startswith("stage 1 fits with little to spare") and "(95%, above 90%)" in line
-    assert check_fits(cfg, gpu_memory_gib=roomy.memory / GIB) is None
+    assert check_fits(cfg, f"{roomy.memory / GIB}") is None
     # or1 train prints the warning and goes on (to the next pre-flight error here: no data file)
     args = [
         "train",
@@ -306,7 +323,7 @@ def test_a_plan_above_nine_tenths_of_the_gpu_fits_with_a_warning(tmp_path):
         "--run-dir",
         str(tmp_path),
     ]
-    result = runner.invoke(app, [*args, "--gpu-memory", str(tight.memory / GIB)])
+    result = runner.invoke(app, [*args, "--gpus", str(tight.memory / GIB)])
     line = " ".join(result.output.split())
     assert "stage 1 fits with little to spare" in line and "train.parquet" in line, result.output
 

@@ -149,6 +149,38 @@ def test_finished_outputs_are_not_overwritten_unless_asked(messy: Path, tmp_path
     assert forced.exit_code == 0, forced.output
 
 
+def prepare_cli(tmp_path: Path, sources: list[dict]) -> tuple[int, str]:
+    """`or1 prepare-data` over these sources (nothing but loading): exit code and the output on one line."""
+    spec = {"name": "s", "sources": sources, "filters": {"enabled": False}, "dedup": {"enabled": False}}
+    spec |= {"decontaminate": {"enabled": False}, "checks": {"math_answer": False, "code_solution": False}}
+    path = write_spec(tmp_path / "s.yaml", spec)
+    result = CliRunner().invoke(app, ["prepare-data", "--spec", str(path), "--out", str(tmp_path / "out")])
+    assert "Traceback" not in result.output
+    return result.exit_code, " ".join(result.output.split())
+
+
+def test_a_source_whose_rows_are_all_malformed_is_refused_naming_the_source_count_and_commonest_reason(
+    tmp_path: Path,
+):
+    """It used to end in exit 0 and a train.parquet of 0 rows and no columns, the reason only in dropped.jsonl."""
+    lines = [json.dumps({"text": f"row {i}"}) for i in range(4)] + ["{not json"]
+    write_jsonl(tmp_path / "bad.jsonl", lines)
+    code, output = prepare_cli(tmp_path, [{"name": "bad", "path": str(tmp_path / "bad.jsonl")}])
+    assert code == 2 and "source 'bad'" in output and "none of its 5 records" in output
+    assert "commonest (4 of 5): no adapter recognises the keys ['text']" in output
+    assert not (tmp_path / "out" / "train.parquet").exists()
+
+
+def test_an_empty_source_is_refused_unless_it_allows_empty(tmp_path: Path):
+    empty, good = write_jsonl(tmp_path / "empty.jsonl", []), tmp_path / "good.jsonl"
+    write_jsonl(good, [json.dumps({"problem": "What is 1 plus 1?", "answer": "2"})])
+    code, output = prepare_cli(tmp_path, [{"name": "e", "path": str(empty)}])
+    assert code == 2 and "source 'e'" in output and "holds no records" in output and "allow_empty" in output
+    sources = [{"name": "e", "path": str(empty), "allow_empty": True}, {"name": "g", "path": str(good)}]
+    code, output = prepare_cli(tmp_path, sources)
+    assert code == 0 and "warning: source 'e' holds no records" in output and "train 1 rows" in output
+
+
 def test_spec_errors_name_the_file_and_key(tmp_path: Path):
     bad = write_spec(
         tmp_path / "bad.yaml", {"name": "x", "sources": [{"name": "a", "path": "a.jsonl"}], "dedupe": {}}

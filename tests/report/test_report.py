@@ -15,6 +15,7 @@ from rich.console import Console
 from typer.testing import CliRunner
 
 from or1.cli import app
+from or1.data.rows import make_row, write_rows
 from or1.report import refresh_report, write_report
 from or1.report.runfiles import read_run
 
@@ -293,3 +294,91 @@ def test_throughput_table_and_figure(tmp_path: Path) -> None:
     assert (
         "| 0.01 | 4.0% | 989.5 (datasheet, NVIDIA H100 80GB HBM3) |" in write_report(run).markdown.read_text()
     )
+
+
+def drawn(run_dir: Path, name: str):
+    """The figure of panel `name`, drawn as `or1 report` draws it, and its axes (the artists to inspect)."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+    from matplotlib.figure import Figure
+
+    from or1.report.figures import OTHER_PANELS, STEP_PANELS, _finish
+
+    panel = next(p for p in (*STEP_PANELS, *OTHER_PANELS) if p.name == name)
+    run = read_run(run_dir)
+    fig = Figure(figsize=(8, 4.2), dpi=100, layout="constrained")
+    FigureCanvasAgg(fig)
+    ax = fig.add_subplot()
+    assert panel.draw(ax, run)
+    _finish(ax, panel, run)
+    fig.canvas.draw()
+    return fig, ax
+
+
+def test_the_eval_figure_puts_the_models_side_by_side_per_estimate_with_nothing_overlapping(
+    tmp_path: Path,
+) -> None:
+    """eval.png had its numbers running into each other, an avg@4 and a pass@1 bar of the same value, and base and
+    final apart (all of base's bars, then all of final's)."""
+    run = tmp_path / "runs" / "x"
+    for label, value in (("base", 0.9), ("stage1", 0.95), ("final", 0.97)):
+        for benchmark, names in (("validation", MATH_NAMES), ("livecodebench", CODE_NAMES)):
+            folder = run / "eval" / label / benchmark  # or1 eval's folder for a run's model
+            folder.mkdir(parents=True)
+            estimates = {n: {"value": value, "ci_low": value - 0.1, "ci_high": 1.0} for n in names}
+            summary = {"benchmark": benchmark, "model": {"path": label}, "metrics": {"estimates": estimates}}
+            (folder / "summary.json").write_text(json.dumps(summary))
+    fig, ax = drawn(run, "eval")
+    shown = [t.get_text() for t in ax.get_xticklabels()]
+    # each benchmark's estimates once; pass@1 is avg@4's number
+    assert sorted(shown) == sorted(n for n in (*MATH_NAMES, *CODE_NAMES) if n != "pass@1")
+    from matplotlib.container import BarContainer
+
+    bars = [c for c in ax.containers if isinstance(c, BarContainer)]
+    assert [c.get_label() for c in bars] == ["base", "stage1", "final"]
+    # per estimate, the three models' bars next to each other, in pipeline order
+    xs = [[bar.get_x() for bar in container.patches] for container in bars]
+    for group in range(len(shown)):
+        at = [x[group] for x in xs]
+        assert at == sorted(at) and at[-1] - at[0] < 0.9 and group - 0.5 < at[0] < at[-1] < group + 0.5
+    renderer = fig.canvas.get_renderer()
+    texts = [t for t in ax.texts if t.get_text()] + ax.get_legend().get_texts() + [ax.title]
+    boxes = [t.get_window_extent(renderer) for t in texts]
+    for i, a in enumerate(boxes):
+        for j in range(i + 1, len(boxes)):
+            assert not a.overlaps(boxes[j]), (texts[i].get_text(), texts[j].get_text())
+
+
+MATH_NAMES = ("avg@4", "pass@1", "pass@2", "pass@4", "first@1", "maj@4")
+CODE_NAMES = ("avg@4", "pass@1", "pass@4", "first@1")
+
+
+def test_validation_curves_say_what_they_measure_and_a_flat_coefficient_why(tmp_path: Path) -> None:
+    """The validation legend named sets by their file ("validation T=1 avg@5"); a set file readable from here is
+    named by its rows' ability. An entropy coefficient that never moved was drawn without a word."""
+    run = tmp_path / "runs" / "tiny"
+    write_stage(run, 1, 4, 48, [0.2] * 4, (0.4, 0.5))
+    data = tmp_path / "validation.parquet"
+    write_rows(
+        data,
+        [
+            make_row(
+                data_source="v",
+                prompt=[{"role": "user", "content": "1+1?"}],
+                ability="math",
+                ground_truth=["2"],
+                extra_info={"index": 0},
+            )
+        ],
+    )
+    config = yaml.safe_load((run / "stage1" / "config.yaml").read_text())
+    config["data"]["validation"]["sets"] = [str(data)]
+    config["algorithm"]["entropy"] = {"mode": "adaptive", "target": 0.065}
+    (run / "stage1" / "config.yaml").write_text(yaml.safe_dump(config))
+    metrics = run / "stage1" / "metrics.jsonl"
+    records = [json.loads(line) | {"entropy/coef": 0.0} for line in metrics.read_text().splitlines()]
+    metrics.write_text("".join(json.dumps(r) + "\n" for r in records))
+    _, ax = drawn(run, "validation")
+    assert [t.get_text() for t in ax.get_legend().get_texts()] == ["math (validation): avg@5 at T=1"]
+    _, ax = drawn(run, "entropy")
+    legend = [t.get_text() for t in ax.get_legend().get_texts()]
+    assert "coefficient (right axis),\nflat at 0: entropy never fell below its target 0.065" in legend

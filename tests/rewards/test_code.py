@@ -38,6 +38,22 @@ def test_no_code_and_syntax_errors_score_zero_without_a_sandbox():
     assert nested.reason == SYNTAX_ERROR
 
 
+def test_a_program_s_compile_warnings_stay_out_of_the_console():
+    """Parsing a model's program in the scorer's process printed its compile warnings (here an invalid escape
+    sequence: a SyntaxWarning, before Python 3.12 a DeprecationWarning) on the training console, even with every
+    warning shown (-W always); the program still parses and is run."""
+    import subprocess
+    import sys
+
+    program = "```python\nimport re\nprint(re.findall('\\d+', input()) == [])\n```"
+    code = (
+        "from or1.rewards.code import prepare_problem; "
+        f"p = prepare_problem({program!r}, {{'inputs': ['1'], 'outputs': ['False']}}); print(type(p).__name__)"
+    )
+    done = subprocess.run([sys.executable, "-W", "always", "-c", code], capture_output=True, text=True)
+    assert done.stdout.strip() == "tuple" and "Warning" not in done.stderr, done.stderr
+
+
 def test_three_forms_are_recognised():
     stdin = parse_ground_truth(json.dumps({"inputs": ["1 2\n"], "outputs": ["3\n"]}))
     assert stdin == [StdinCase("1 2\n", "3\n")]

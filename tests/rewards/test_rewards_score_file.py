@@ -116,6 +116,15 @@ def test_the_output_may_not_be_the_input(tmp_path: Path) -> None:
     assert src.read_bytes() == before
 
 
+def test_an_empty_input_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    """0 rows scored to an empty output with exit 0 looked like success; the file is named instead."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("\n")
+    with pytest.raises(UserError, match=f"0 rows in {empty}"):
+        score_file(empty, tmp_path / "out.jsonl", workers=1, timeout=5.0)
+    assert not (tmp_path / "out.jsonl").exists()
+
+
 def test_a_failed_write_leaves_the_old_output_whole(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     from or1.rewards import score_file as module
 

@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import or1
 import or1.hybrid.cluster
 import or1.trainer.launch
 import or1.trainer.request
@@ -21,14 +22,18 @@ RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 
 
 def fake_inputs(tmp_path: Path) -> tuple[str, ...]:
-    """A model folder and a data file the pre-flight accepts (it reads files only)."""
-    model = tmp_path / "model"
-    model.mkdir()
-    (model / "config.json").write_text('{"model_type": "qwen2"}')
-    (model / "model.safetensors").write_bytes(b"")
-    (model / "tokenizer.json").write_text("{}")
-    data = tmp_path / "train.parquet"
-    data.write_bytes(b"")
+    """A model folder (the tiny base shipped with or1) and a data file of a batch of prompts the pre-flight accepts."""
+    from or1.data.rows import make_row, write_rows
+
+    model = Path(or1.__file__).parent / "tinyworld" / "tiny-base"
+    row = make_row(
+        data_source="t",
+        prompt=[{"role": "user", "content": "Compute 1+1."}],
+        ability="math",
+        ground_truth=["2"],
+        extra_info={"index": 0},
+    )
+    data = write_rows(tmp_path / "train.parquet", [row] * 24)
     return f"model.path={model}", f"data.train_files=[{data}]"
 
 

@@ -7,6 +7,7 @@ from pathlib import Path
 import pytest
 import torch
 
+from or1.data.rows import make_row, write_rows
 from or1.errors import UserError
 from or1.trainer.launch import launch
 from or1.trainer.request import TrainRequest
@@ -19,6 +20,22 @@ def run_train(
 
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
+
+
+SHIPPED_BASE = Path(__file__).resolve().parents[2] / "src" / "or1" / "tinyworld" / "tiny-base"
+
+
+def math_rows(count: int) -> list[dict]:
+    return [
+        make_row(
+            data_source="t",
+            prompt=[{"role": "user", "content": f"Compute {i}+1."}],
+            ability="math",
+            ground_truth=[str(i + 1)],
+            extra_info={"index": i},
+        )
+        for i in range(count)
+    ]
 
 
 def test_missing_model_folder(tmp_path: Path) -> None:
@@ -79,8 +96,7 @@ def test_vllm_engine_needs_a_usable_vllm_build(monkeypatch: pytest.MonkeyPatch) 
 
 
 def test_stage_two_needs_stage_one(tmp_path: Path) -> None:
-    data = tmp_path / "train.parquet"
-    data.write_bytes(b"")
+    data = write_rows(tmp_path / "train.parquet", math_rows(30))
     with pytest.raises(UserError, match=r"stage1/final does not exist; run --stage 1 first"):
         run_train(RECIPE, "2", tmp_path / "run", [f"data.train_files=[{data}]"])
 
@@ -88,15 +104,6 @@ def test_stage_two_needs_stage_one(tmp_path: Path) -> None:
 def test_bad_resume_mode(tmp_path: Path) -> None:
     with pytest.raises(UserError, match="--resume sometimes"):
         run_train(RECIPE, "1", tmp_path / "run", [], resume="sometimes")
-
-
-def fake_model(folder: Path) -> Path:
-    """Enough of a model folder for the pre-flight checks (they read files only)."""
-    folder.mkdir(parents=True)
-    (folder / "config.json").write_text('{"model_type": "qwen2"}')
-    (folder / "model.safetensors").write_bytes(b"")
-    (folder / "tokenizer.json").write_text("{}")
-    return folder
 
 
 def finished_stage(tmp_path: Path, overrides: list[str]) -> Path:
@@ -115,9 +122,8 @@ def finished_stage(tmp_path: Path, overrides: list[str]) -> Path:
 
 @pytest.fixture
 def inputs(tmp_path: Path) -> list[str]:
-    data = tmp_path / "train.parquet"
-    data.write_bytes(b"")
-    return [f"model.path={fake_model(tmp_path / 'model')}", f"data.train_files=[{data}]"]
+    data = write_rows(tmp_path / "train.parquet", math_rows(30))
+    return [f"model.path={SHIPPED_BASE}", f"data.train_files=[{data}]"]
 
 
 def test_resume_never_refuses_to_delete_a_stage_with_results(tmp_path: Path, inputs: list[str]) -> None:
@@ -143,3 +149,35 @@ def test_resume_under_a_changed_config_lists_the_differences(tmp_path: Path, inp
 
     cfg = resolve(RECIPE, "1", [*inputs, "trainer.loggers=[jsonl]", "trainer.keep_checkpoints=7"])
     check_config_unchanged(cfg, run_dir / "stage1", False, None)  # type: ignore[arg-type]
+
+
+def refused_before_ray(tmp_path: Path, data: Path, *more: str) -> str:
+    """`or1 train` on `data` with the shipped tiny base: the UserError it ends with, in under 10 s, Ray never
+    started (the refusal used to come after 37 s of Ray and worker start-up)."""
+    import time
+
+    import ray
+
+    start = time.monotonic()
+    with pytest.raises(UserError) as error:
+        run_train(
+            RECIPE, "1", tmp_path / "run", [f"model.path={SHIPPED_BASE}", f"data.train_files=[{data}]", *more]
+        )
+    assert time.monotonic() - start < 10 and not ray.is_initialized()
+    return str(error.value)
+
+
+def test_a_train_file_of_0_rows_is_refused_before_ray_starts(tmp_path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    empty = tmp_path / "train.parquet"  # what a preparation that kept nothing wrote: no rows, no columns
+    pq.write_table(pa.Table.from_pylist([]), empty)
+    message = refused_before_ray(tmp_path, empty)
+    assert f"0 rows in {empty}" in message and "trainer.batch_size is 24" in message
+
+
+def test_prompts_all_longer_than_max_prompt_length_are_refused_before_ray_starts(tmp_path: Path) -> None:
+    data = write_rows(tmp_path / "train.parquet", math_rows(30))
+    message = refused_before_ray(tmp_path, data, "data.max_prompt_length=4")
+    assert "only 0 usable prompts" in message and "30 longer than data.max_prompt_length=4" in message

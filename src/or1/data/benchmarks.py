@@ -158,7 +158,7 @@ def _convert(name: str, ability: str, records: list[dict[str, Any]], where: str)
         except UserError as err:
             raise UserError(f"{where}: {err}") from None
     if not rows:
-        raise UserError(f"{where} holds no problems.")
+        raise UserError(f"0 rows in {where}; an evaluation needs at least one problem.")
     return rows
 
 
@@ -202,12 +202,29 @@ def _from_hub(
     return BenchmarkData(spec.name, spec.ability, rows, f"hub:{spec.hub_id}", None, note)
 
 
+OR1_COLUMNS = ("data_source", "prompt", "ability", "reward_model")
+PREPARE_HINT = "or1 prepare-data turns it into rows (a spec naming the file as a source)"
+
+
 def _ability_of_file(path: Path) -> str:
-    """An or1-row file names its ability per row; the first row's decides which scorer defaults apply."""
+    """An or1-row file names its ability per row; the first row's decides which scorer defaults apply. A file with
+    no rows, of another schema, or of rows missing a column is a UserError saying which."""
     records = read_records(path, what="Benchmark file")
-    ability = records[0].get("ability") if records and isinstance(records[0], dict) else None
+    if not records:
+        raise UserError(f"0 rows in {path}; an evaluation needs at least one problem.")
+    for index, record in enumerate(records):
+        missing = [column for column in OR1_COLUMNS if column not in record]
+        if len(missing) == len(OR1_COLUMNS):
+            raise UserError(
+                f"{path} is not a file of or1 rows (record {index} has keys {sorted(record)}); {PREPARE_HINT}, "
+                "or give a registry benchmark name."
+            )
+        if missing:
+            raise UserError(
+                f"{path} record {index} has no {' or '.join(map(repr, missing))} column, which every or1 row has "
+                f"({', '.join(OR1_COLUMNS)}); {PREPARE_HINT}."
+            )
+    ability = records[0]["ability"]
     if ability not in ("math", "code"):
-        raise UserError(
-            f"{path} is not a file of or1 rows (no 'ability' field); give a registry benchmark name."
-        )
+        raise UserError(f"{path} record 0: field 'ability' must be math or code, got {ability!r}.")
     return ability

@@ -1,7 +1,7 @@
 """Multi-step integer arithmetic for the tiny world: `Compute 3+4-2.` answered as `3+4=7. 7-2=5. \\boxed{5}`.
 
 Difficulty is the number of operands: each one adds a worked step, so longer problems need longer responses
-(the tiny world of the README). Operands are single digits, which keeps the tasks at a tiny model's frontier.
+(the tiny world, docs/tiny.md). Operands are single digits, which keeps the tasks at a tiny model's frontier.
 """
 
 from __future__ import annotations

@@ -36,7 +36,14 @@ from or1.eval.grading import group_problems, score_completions
 from or1.eval.metrics import compute_metrics
 from or1.eval.protocols import PROTOCOLS, EvalSampling, resolve_sampling
 from or1.eval.replicas import Layout, ReplicaPool, plan_layout
-from or1.eval.results import environment, model_fingerprint, now, write_outputs
+from or1.eval.results import (
+    check_not_smaller,
+    discard_results,
+    environment,
+    model_fingerprint,
+    now,
+    write_outputs,
+)
 from or1.eval.samples import SAMPLES_FILE, SampleCache
 from or1.stop import StopFlag
 
@@ -86,7 +93,7 @@ def run_eval(
     seed: int = 0,
     max_problems: int | None = None,
     workers: int = 2,
-    fresh: bool = False,
+    overwrite: bool = False,
     batch_size: int | None = None,
     show_progress: bool = True,
     replicas: int | None = 1,
@@ -97,7 +104,8 @@ def run_eval(
 
     Settings come from `protocol`, each non-None flag overriding it. An existing samples.jsonl in the folder is
     resumed when it was made with the same model, data, engine build and sampling settings; otherwise this is a
-    UserError, unless `fresh` discards it. `replicas` None: as many engines as the devices allow
+    UserError, and so is a complete evaluation there that this one would replace with fewer problems or samples,
+    unless `overwrite` starts over (the cached samples discarded). `replicas` None: as many engines as the devices allow
     (`or1.eval.replicas.plan_layout`); one engine runs in this process, more on Ray (`or1.eval.replicas`).
     """
     started = now()
@@ -109,6 +117,10 @@ def run_eval(
         )
     if max_problems is not None and max_problems < 1:
         raise UserError(f"--limit must be at least 1, got {max_problems}.")
+    if (replicas is not None and replicas < 1) or tensor_parallel_size < 1:  # before --out is written
+        raise UserError(
+            f"--replicas and --tensor-parallel-size must be at least 1, got {replicas} and {tensor_parallel_size}."
+        )
     bench = load_benchmark(benchmark, data=data)
     rows = bench.rows[:max_problems] if max_problems else bench.rows
     sampling = resolve_sampling(
@@ -132,7 +144,11 @@ def run_eval(
         "seeding": SEEDING,
         **{k: v for k, v in sampling.to_dict().items() if k not in ("n", "overridden")},
     }
-    cache = SampleCache(out / SAMPLES_FILE, fingerprint, fresh=fresh)
+    if overwrite:  # starting over: the old results describe samples about to be discarded
+        discard_results(out)
+    else:
+        check_not_smaller(out, len(rows), sampling.n)
+    cache = SampleCache(out / SAMPLES_FILE, fingerprint, fresh=overwrite)
     ids = [problem_id(i, row) for i, row in enumerate(rows)]
     todo = [
         (row, pid, k)

@@ -202,6 +202,8 @@ class ReplicaPool:
                 queue.clear()
             self._deal(queue, requests, batch, backups=not stopping)
             chunks = [chunk for r in self.replicas for chunk in r.inflight]
+            if not chunks:  # stopped before anything was dealt (Ctrl-C while the replicas start)
+                break
             ready = next(iter(wait(chunks, return_when=FIRST_COMPLETED).done))
             replica = next(r for r in self.replicas if ready in r.inflight)
             positions = replica.inflight.pop(ready)

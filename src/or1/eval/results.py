@@ -20,10 +20,12 @@ from pathlib import Path
 from typing import Any
 
 from or1 import __version__
+from or1.errors import UserError
 from or1.eval.metrics import Metrics
 from or1.eval.samples import SampleRecord
 from or1.layout import REPORT_FILE, SUMMARY_FILE
 from or1.report.compare import SETTINGS, provenance
+from or1.report.runfiles import shown_estimates
 
 # How to read the headline table; the definitions are those of or1.eval.metrics.
 METRIC_NOTES = (
@@ -69,11 +71,58 @@ def environment() -> dict[str, str | None]:
     return versions
 
 
+def check_not_smaller(out: Path, problems: int, samples: int) -> None:
+    """A complete evaluation in `out` (its summary.json) is never replaced by one of fewer problems or samples per
+    problem: a UserError naming --overwrite (the caller's way to start over there)."""
+    path = out / SUMMARY_FILE
+    if not path.is_file():
+        return
+    try:
+        summary = json.loads(path.read_text())
+        done = (int(summary["data"]["num_problems"]), int(summary["sampling"]["n"]))
+    except (ValueError, KeyError, TypeError):
+        return  # not an evaluation's summary: the sample cache's own checks speak for the folder
+    if problems < done[0] or samples < done[1]:
+        raise UserError(
+            f"{out} holds a complete evaluation of {done[0]} problems x {done[1]} samples; this one covers "
+            f"{problems} x {samples} and would replace its summary.json and report.md; choose another --out, or "
+            "pass --overwrite to start over there."
+        )
+
+
+def discard_results(out: Path) -> None:
+    """Remove `out`'s summary.json and report.md (an evaluation starting over there)."""
+    for name in (SUMMARY_FILE, REPORT_FILE):
+        (out / name).unlink(missing_ok=True)
+
+
 def write_outputs(out: Path, summary: dict[str, Any], metrics: Metrics, records: list[SampleRecord]) -> None:
     """Write summary.json (summary + metrics + reason counts) and report.md into `out`."""
     summary = {**summary, "metrics": metrics.to_dict(), "reasons": dict(Counter(r.reason for r in records))}
     (out / SUMMARY_FILE).write_text(json.dumps(summary, indent=2, sort_keys=False) + "\n")
     (out / REPORT_FILE).write_text(render_markdown(summary, metrics))
+
+
+def headline(out: Path) -> list[str]:
+    """The lines `or1 eval` ends with, from `out`'s summary.json: what was evaluated, each estimate with its 95%
+    interval, where the report is."""
+    summary = json.loads((out / SUMMARY_FILE).read_text())
+    s, metrics = summary["sampling"], summary["metrics"]
+    lines = [
+        f"{summary['benchmark']}: {metrics['num_problems']} problems x {metrics['samples_per_problem']} samples, "
+        f"protocol {s['protocol']} (T={s['temperature']}, top_p={s['top_p']}, max {s['max_tokens']} tokens)"
+    ]
+    names = shown_estimates(list(metrics["estimates"]))
+    labels = {n: f"{n} (= pass@1)" if n.startswith("avg@") and "pass@1" not in names else n for n in names}
+    width = max(map(len, labels.values()))
+    for name in names:
+        est = metrics["estimates"][name]
+        lines.append(
+            f"  {labels[name]:<{width}}  {100 * est['value']:.1f}%  95% CI "
+            f"{100 * est['ci_low']:.1f}-{100 * est['ci_high']:.1f}"
+        )
+    lines.append(f"report: {out / REPORT_FILE} (summary.json and samples.jsonl beside it)")
+    return lines
 
 
 def _layout(layout: dict[str, Any] | None) -> str:

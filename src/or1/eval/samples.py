@@ -2,7 +2,7 @@
 
 The first line is a header holding the run's fingerprint (model hash, data hash, sampling settings, seed, engine).
 Each following line is one `SampleRecord`, keyed by (problem_id, sample_index). Reopening a file whose fingerprint
-differs is a UserError unless the caller asks to start fresh: samples drawn under other settings must not mix.
+differs is a UserError unless the caller starts over (`--overwrite`): samples drawn under other settings must not mix.
 """
 
 from __future__ import annotations
@@ -55,7 +55,7 @@ class SampleCache:
             self.path.write_text(text)
         lines = text.splitlines()
         if not lines:
-            raise UserError(f"{self.path} is empty; delete it or pass fresh=True (--fresh) to start over.")
+            raise UserError(f"{self.path} is empty; delete it or pass --overwrite to start over.")
         header = json.loads(lines[0]).get("header")
         if header != fingerprint:
             changed = sorted(
@@ -63,7 +63,7 @@ class SampleCache:
             )
             raise UserError(
                 f"{self.path} was generated with different settings ({', '.join(changed)}); "
-                "use another --out or pass --fresh to discard those samples."
+                "use another --out or pass --overwrite to discard those samples."
             )
         for line in lines[1:]:
             record = SampleRecord(**json.loads(line))

@@ -34,6 +34,10 @@ def worker_runtime_env(extra: dict[str, Any] | None = None) -> dict[str, Any]:
     return {**extra, "env_vars": env_vars}
 
 
+# Ray's notice, at every ray.init, that token authentication is on (as it should be): one line of noise per command
+TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
+
+
 def local_cpus(world_size: int) -> int:
     """CPUs a local Ray offers: every core of the machine, and at least one per rank."""
     return max(os.cpu_count() or 1, world_size)
@@ -64,15 +68,28 @@ def ray_session(
         options.update(num_cpus=num_cpus, num_gpus=num_gpus, include_dashboard=False)
         if runtime_env:
             options["runtime_env"] = runtime_env
-        with _inherited_worker_env():
+        with _inherited_worker_env(), _quiet(TOKEN_NOTICE_LOGGER):
             # "local": always a private Ray, never one that another process or `ray start` left on this machine
             ray.init(address="local", **options)
     else:
-        ray.init(address=address, runtime_env=worker_runtime_env(runtime_env), **options)
+        with _quiet(TOKEN_NOTICE_LOGGER):
+            ray.init(address=address, runtime_env=worker_runtime_env(runtime_env), **options)
     try:
         yield
     finally:
         ray.shutdown()  # stops a local Ray; for a joined cluster it only disconnects this driver
+
+
+@contextmanager
+def _quiet(logger_name: str) -> Iterator[None]:
+    """The named logger says only errors in the body (a name a Ray version lacks: a logger nobody writes to)."""
+    logger = logging.getLogger(logger_name)
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
 
 
 @contextmanager

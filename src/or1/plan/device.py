@@ -14,7 +14,10 @@ from dataclasses import dataclass
 from or1.errors import UserError
 from or1.plan.memory import GIB
 
-DEVICE = re.compile(r"(?:(\d+)\s*[xX]\s*)?(?:([\w.]+?)-)?(\d+(?:\.\d+)?)\s*(?:GB|GiB|G)?", re.IGNORECASE)
+# a name starts with a letter, so "8x-5" is no 8 GPUs named "8x"
+DEVICE = re.compile(
+    r"(?:(\d+)\s*[xX]\s*)?(?:([A-Za-z][\w.]*?)-)?(\d+(?:\.\d+)?)\s*(?:GB|GiB|G)?", re.IGNORECASE
+)
 # (a part of the name, the size on the box in GB) -> GiB that total_memory reports on that card
 USABLE_GIB: dict[tuple[str, int], float] = {
     # 80 GB HBM cards (H100 SXM / PCIe, H800, A100 / A800 80GB): total_memory reads about 79.1 GiB (issue 38's reading of
@@ -45,7 +48,7 @@ class Device:
         """'8xH100-80GB' (a known card: its usable memory), '8x79.1', 'H200-141GB' or '80' (GiB per GPU, taken
         as usable; count 8 when not given)."""
         match = DEVICE.fullmatch(text.strip())
-        if not match:
+        if not match or int(match[1] or 8) < 1 or float(match[3]) <= 0:
             raise UserError(
                 f"--gpus {text!r}: expected COUNTxNAME-MEMORY such as 8xH100-80GB (memory in GiB)"
             )

@@ -24,7 +24,8 @@ class Ledger:
     def __init__(self, out_dir: Path):
         self.steps: dict[str, dict[str, dict[str, Any]]] = {}
         self.sources: list[str] = []
-        self._trace: IO[str] = (out_dir / DROPPED_FILE).open("w", encoding="utf-8")
+        self.path = out_dir / DROPPED_FILE
+        self._trace: IO[str] = self.path.open("w", encoding="utf-8")
 
     def record(
         self, step: str, source: str, index: int, reason: str | None, detail: str | None = None

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 import platform
 import random
+import re
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -145,24 +146,57 @@ def _load(spec: DataSpec, ledger: Ledger, progress: Progress) -> list[Item]:
     items = []
     for source in spec.sources:
         data_source = source.data_source or f"{source.role}-{source.name}"
+        seen, before, why = 0, len(items), Counter[str]()  # why: each drop's reason, to name the commonest
         for index, record in iter_source(source):
             progress.advance(task)
+            seen += 1
             if isinstance(record, BadRecord):
                 ledger.record("load", source.name, index, MALFORMED, record.reason)
+                why[_LINE.sub("", record.reason)] += 1
                 continue
             if any(record.get(k) not in values for k, values in source.select.items()):
                 ledger.record("load", source.name, index, NOT_SELECTED)
+                why[f"not one of the values of `select` {source.select}"] += 1
                 continue
             ctx = Context(data_source, source.role, index, source.ability)
             try:
                 row = adapt(source.adapter, record, ctx)
             except Malformed as err:
                 ledger.record("load", source.name, index, MALFORMED, str(err))
+                why[str(err)] += 1
                 continue
             ledger.record("load", source.name, index, None)
             items.append(Item(source, index, row))
+        _check_loaded(source, seen, len(items) - before, why, ledger, progress.console)
     progress.update(task, total=progress.tasks[task].completed)
     return items
+
+
+_LINE = re.compile(r"^line \d+: ")  # a reader's position prefix: the same problem on every line counts as one
+
+
+def _check_loaded(
+    source: SourceSpec, seen: int, kept: int, why: Counter[str], ledger: Ledger, console: Console
+) -> None:
+    """A source that gave no row is a mistake to report now, before the expensive steps: an empty input (unless
+    the spec allows it), or records none of which could be used (the commonest reason named)."""
+    if seen == 0:
+        if source.allow_empty:
+            console.print(f"[yellow]warning:[/yellow] source {source.name!r} holds no records (allow_empty)")
+            return
+        origin = source.path or (
+            f"hub dataset {source.hub}" if source.hub else f"synthetic {source.synthetic}"
+        )
+        raise UserError(
+            f"source {source.name!r}: {origin} holds no records; fix the source, or set allow_empty: true on it "
+            "when it may be empty."
+        )
+    if kept == 0:
+        reason, count = why.most_common(1)[0]
+        raise UserError(
+            f"source {source.name!r}: none of its {seen} records could be used; commonest ({count} of {seen}): "
+            f"{reason} (every record's reason: {ledger.path})."
+        )
 
 
 def _graded(item: Item) -> bool:

@@ -52,6 +52,9 @@ class SourceSpec(_Section):
     )
     limit: int | None = Field(None, ge=1, description="Read at most this many records (the first ones).")
     grade: bool = Field(True, description="Train rows of this source go through the difficulty step.")
+    allow_empty: bool = Field(
+        False, description="The source may hold no records: a warning instead of an error (exit 2)."
+    )
 
     @model_validator(mode="after")
     def _one_origin(self) -> SourceSpec:

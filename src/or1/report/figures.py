@@ -13,7 +13,7 @@ from matplotlib.axes import Axes
 from matplotlib.backends.backend_agg import FigureCanvasAgg
 from matplotlib.figure import Figure
 
-from or1.report.runfiles import RunFiles
+from or1.report.runfiles import RunFiles, shown_estimates
 from or1.run_metrics import (
     ENTROPY,
     ENTROPY_COEF,
@@ -112,7 +112,7 @@ def draw_validation(ax: Axes, run: RunFiles) -> bool:
     for key, color in zip(keys, colors * 4, strict=False):
         m = VALIDATION_ACCURACY.match(key)
         assert m is not None
-        label = f"{m['set']} T={m['temperature']} avg@{m['n']}"
+        label = f"{run.set_subject(m['set'])}: avg@{m['n']} at T={m['temperature']}"
         for stage in run.stages:
             steps, values = stage.series(key)
             ax.plot(steps, [100 * v for v in values], "o-", color=color, markersize=4)
@@ -179,10 +179,27 @@ def draw_entropy(ax: Axes, run: RunFiles) -> bool:
     for stage in run.stages:
         steps, values = stage.series(ENTROPY_COEF)
         coef.plot(steps, values, color="tab:orange", linewidth=1.4)
-    ax.plot([], [], color="tab:orange", label="coefficient (right axis)")
+    note = flat_coefficient_note(run)  # in the legend: where the reader looks for what the line is
+    ax.plot([], [], color="tab:orange", label="coefficient (right axis)" + (f",\n{note}" if note else ""))
     coef.set_ylabel("entropy loss coefficient", color="tab:orange")
     coef.set_ylim(bottom=0)
     return drawn
+
+
+def flat_coefficient_note(run: RunFiles) -> str | None:
+    """Why the entropy coefficient never moved in this run (from the stages' algorithm.entropy), None if it did."""
+    values = {v for stage in run.stages for v in stage.series(ENTROPY_COEF)[1]}
+    if len(values) != 1:
+        return None
+    value, settings = values.pop(), run.stages[-1].entropy
+    mode = settings.get("mode", "adaptive")
+    if mode != "adaptive":
+        return f"flat at {value:g}: algorithm.entropy.mode is {mode}"
+    if value == 0:
+        return f"flat at 0: entropy never fell below its target {settings.get('target', '?')}"
+    if value == settings.get("max_coef"):
+        return f"flat at its cap max_coef={value:g}: entropy stayed below its target"
+    return f"flat at {value:g}"
 
 
 def draw_rejection(ax: Axes, run: RunFiles) -> bool:
@@ -279,26 +296,65 @@ def draw_online_filter(ax: Axes, run: RunFiles) -> bool:
 
 
 def draw_eval(ax: Axes, run: RunFiles) -> bool:
-    """Each evaluated model's headline estimates with their 95% intervals."""
+    """Each benchmark's estimates with their 95% intervals, the run's models side by side per estimate (base,
+    stages, final in pipeline order); pass@1 is left out where avg@n is drawn (the same number)."""
     if not run.evals:
         return False
-    names = list(dict.fromkeys(k for e in run.evals for k in e.estimates))
-    width = 0.8 / len(names)
-    for j, name in enumerate(names):
-        xs, values, low, high = [], [], [], []
-        for i, e in enumerate(run.evals):
-            if name in e.estimates:
-                value, lo, hi = e.estimates[name]
-                xs.append(i + (j - (len(names) - 1) / 2) * width)
-                values.append(100 * value)
-                low.append(100 * (value - lo))
-                high.append(100 * (hi - value))
-        ax.bar(xs, values, width, yerr=[low, high], capsize=3, label=name)
-        for x, v, h in zip(xs, values, high, strict=True):
-            ax.text(x, v + h + 1, f"{v:.1f}", ha="center", va="bottom", fontsize=8)
-    ax.set_xticks(range(len(run.evals)), [f"{e.label}\n{e.benchmark}" for e in run.evals])
+    # a model is its path (base and base-code are one model on two benchmarks), named by its shortest folder name
+    names: dict[str, str] = {}
+    for e in run.evals:
+        label = e.label.split("/")[0]
+        names[e.model] = min(names.get(e.model, label), label, key=len)
+    models = list(names)
+    latest = {(e.model, e.benchmark): e for e in run.evals}  # one bar per model, benchmark and estimate
+    groups = [  # (benchmark, estimate)
+        (benchmark, name)
+        for benchmark in dict.fromkeys(e.benchmark for e in run.evals)
+        for name in shown_estimates(
+            list(dict.fromkeys(k for e in run.evals if e.benchmark == benchmark for k in e.estimates))
+        )
+    ]
+    width = 0.8 / len(models)
+    ax.figure.set_size_inches(max(8.0, 2.5 + 0.28 * len(groups) * len(models)), 4.2)  # every bar wide enough
+    colors = ["0.6", "tab:blue", "tab:green", "tab:purple", "tab:orange", "tab:red", "tab:brown"]
+    for j, model in enumerate(models):
+        bars = [
+            (g, latest[model, benchmark].estimates[name])
+            for g, (benchmark, name) in enumerate(groups)
+            if name in getattr(latest.get((model, benchmark)), "estimates", {})
+        ]
+        xs = [g + (j - (len(models) - 1) / 2) * width for g, _ in bars]
+        values = [100 * v for _, (v, _, _) in bars]
+        errors = [[100 * (v - lo) for _, (v, lo, _) in bars], [100 * (hi - v) for _, (v, _, hi) in bars]]
+        ax.bar(
+            xs,
+            values,
+            width * 0.95,
+            yerr=errors,
+            capsize=2,
+            color=colors[j % len(colors)],
+            label=names[model],
+        )
+        # upright numbers: never wider than their bar, so never into a neighbour's
+        for x, value, high in zip(xs, values, errors[1], strict=True):
+            ax.text(x, value + high + 1.5, f"{value:.1f}", ha="center", va="bottom", fontsize=7, rotation=90)
+    ax.set_xticks(range(len(groups)), [name for _, name in groups], fontsize=8)
+    for benchmark in dict.fromkeys(b for b, _ in groups):
+        spots = [g for g, (b, _) in enumerate(groups) if b == benchmark]
+        ax.text(
+            sum(spots) / len(spots),
+            -0.13,
+            benchmark,
+            transform=ax.get_xaxis_transform(),
+            ha="center",
+            va="top",
+        )
+        if spots[0]:
+            ax.axvline(spots[0] - 0.5, color="0.6", linewidth=0.8)
     ax.set_ylabel("accuracy (%, 95% interval)")
-    ax.set_ylim(0, 105)
+    ax.set_ylim(0, 118)  # room above 100% for the numbers
+    ax.set_yticks(range(0, 101, 20))
+    ax.legend(fontsize=8, loc="upper left", bbox_to_anchor=(1.0, 1.0), title="model")  # beside the bars
     return True
 
 
@@ -318,7 +374,7 @@ OTHER_PANELS = (
     Panel("online_filter", "Online filter: prompts per stage", draw_online_filter),
     Panel("eval", "Evaluation of the run's models", draw_eval),
 )
-# The one-glance figure (README): the curves that say whether a run learns like the paper's.
+# The one-glance figure (docs/reading-a-run.md): the curves that say whether a run learns like the paper's.
 OVERVIEW = ("validation", "reward", "response_length", "entropy")
 
 
@@ -357,5 +413,5 @@ def _finish(ax: Axes, panel: Panel, run: RunFiles) -> None:
         ax.set_xlabel(STEP_LABEL)
         ax.set_xlim(0, max(run.stages[-1].end, 1) if run.stages else 1)
         mark_stages(ax, run)
-    if ax.get_legend_handles_labels()[0]:
+    if ax.get_legend() is None and ax.get_legend_handles_labels()[0]:  # a panel may place its own
         ax.legend(fontsize=8, loc="best")

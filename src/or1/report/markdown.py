@@ -6,7 +6,7 @@ import statistics
 from datetime import datetime, timezone
 from pathlib import Path
 
-from or1.report.runfiles import RunFiles, StageRun
+from or1.report.runfiles import RunFiles, StageRun, shown_estimates
 from or1.run_metrics import (
     ENTROPY_COEF,
     GENERATE_TOKENS_PER_S,
@@ -135,7 +135,8 @@ def peak_text(stage: StageRun, logged: float | None) -> str:
 
 
 def health_lines(run: RunFiles) -> list[str]:
-    """Each stage's advisories from its summary.json (README, "Reading a run"), or why there are none to show."""
+    """Each stage's advisories from its summary.json (docs/reading-a-run.md, "Run health"), or why there are none
+    to show."""
     lines = []
     for stage in run.stages:
         if stage.summary is None:
@@ -195,7 +196,7 @@ def eval_gains(run: RunFiles) -> list[str]:
             f"{name} {100 * base.estimates[name][0]:.1f}% -> {100 * value:.1f}% "
             f"({100 * (value - base.estimates[name][0]):+.1f} points)"
             for name, (value, _, _) in final.estimates.items()
-            if name in base.estimates
+            if name in base.estimates and name in shown_estimates(list(final.estimates))
         ]
         line = f"{benchmark}, base -> final: {'; '.join(parts)}"
         comparison = compare(base.summary, final.summary)

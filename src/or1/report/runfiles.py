@@ -19,6 +19,11 @@ from or1.layout import CONFIG_FILE, EVAL_DIR, METRICS_FILE, STAGE_DIR, SUMMARY_F
 from or1.run_metrics import STEP, is_validation_accuracy, read_metrics
 
 
+def shown_estimates(names: list[str]) -> list[str]:
+    """The estimates worth showing: pass@1 is the number avg@n already is (c / n), so it goes when avg@n is there."""
+    return [n for n in names if n != "pass@1" or not any(m.startswith("avg@") for m in names)]
+
+
 @dataclass
 class StageRun:
     """One stage<N> folder: what its config planned and what its files recorded so far."""
@@ -32,6 +37,8 @@ class StageRun:
     advantage: str | None
     records: list[dict[str, Any]] = field(default_factory=list)
     summary: dict[str, Any] | None = None
+    entropy: dict[str, Any] = field(default_factory=dict)  # algorithm.entropy: mode, target, max_coef, ...
+    validation_sets: dict[str, str] = field(default_factory=dict)  # a set's name in the metrics -> what it is
 
     @property
     def last_step(self) -> int:
@@ -71,6 +78,10 @@ class RunFiles:
     def has(self, key: str) -> bool:
         return any(key in r for s in self.stages for r in s.records)
 
+    def set_subject(self, name: str) -> str:
+        """What the validation set `name` measures, as its stage configs say (`validation_subject`)."""
+        return next((s.validation_sets[name] for s in self.stages if name in s.validation_sets), name)
+
     def validation_keys(self) -> list[str]:
         """Every val/<set>/t<T>/avg@n key the run logged, in first-seen order."""
         keys: dict[str, None] = {}
@@ -106,6 +117,7 @@ def read_stage(index: int, folder: Path, previous: StageRun | None) -> StageRun:
     stage = config.get("stage") or {}
     rollout = config.get("rollout") or {}
     validation = (config.get("data") or {}).get("validation") or {}
+    algorithm = config.get("algorithm") or {}
     # Offsets follow the steps the earlier stage really planned (a --set trainer.steps changes them).
     offset = previous.end if previous is not None else int(stage.get("start_step") or 0)
     steps = (config.get("trainer") or {}).get("steps")
@@ -116,10 +128,45 @@ def read_stage(index: int, folder: Path, previous: StageRun | None) -> StageRun:
         planned_steps=int(steps) if steps is not None else None,
         budget=rollout.get("max_response_length"),
         validation_budget=validation.get("max_response_length"),
-        advantage=(config.get("algorithm") or {}).get("advantage"),
+        advantage=algorithm.get("advantage"),
         records=read_metrics(folder / METRICS_FILE),
         summary=_read_json(folder / SUMMARY_FILE),
+        entropy=algorithm.get("entropy") or {},
+        validation_sets=dict(validation_subject(entry) for entry in validation.get("sets") or []),
     )
+
+
+def validation_subject(entry: str | dict[str, Any]) -> tuple[str, str]:
+    """(the set's name in val/<set>/... keys, what it measures) of a data.validation.sets entry. A benchmark name
+    says it itself; a file is named by its stem, which says little ("validation"), so its rows' ability goes first
+    when the file is readable from here (the run's paths are relative to where it was trained)."""
+    path = Path(str(entry.get("set") if isinstance(entry, dict) else entry))
+    if path.suffix not in (
+        ".parquet",
+        ".jsonl",
+        ".json",
+    ):  # a benchmark name, as or1 eval's registry knows it
+        return str(path), str(path)
+    ability = _first_ability(path)
+    return path.stem, f"{ability} ({path.stem})" if ability else path.stem
+
+
+def _first_ability(path: Path) -> str | None:
+    """The `ability` of a row file's first row (parquet or jsonl), None when it cannot be read."""
+    try:
+        if path.suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            column = pq.read_table(path, columns=["ability"]).column(0)
+            value = column[0].as_py() if len(column) else None
+        elif path.suffix == ".jsonl":
+            with path.open() as handle:
+                value = json.loads(handle.readline()).get("ability")
+        else:
+            return None
+    except Exception:  # noqa: BLE001 - missing, moved, another schema: the name alone then
+        return None
+    return value if isinstance(value, str) else None
 
 
 def read_evals(eval_dir: Path) -> list[EvalRun]:

@@ -14,6 +14,7 @@ import dataclasses
 import json
 import re
 import time
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING
 
@@ -48,6 +49,11 @@ if TYPE_CHECKING:
 DEFAULT_TIMEOUT = 6.0  # seconds per test, as in Skywork-OR1
 PROBLEM_BUDGET = 60.0  # seconds of test wall time per problem; a per-test timeout above it raises the budget
 _BLOCK = re.compile(r"```python3?[ \t]*\n(.*?)```", re.DOTALL)
+PROGRAM_FILE = "<or1-program>"  # the file name a model's program is parsed under
+# Parsing a model's program here, in the scorer's process, must not print its compile warnings (an invalid escape
+# is a SyntaxWarning, a DeprecationWarning before Python 3.12) on the console; a filter by file name, not a
+# catch_warnings, because scoring runs on several threads.
+warnings.filterwarnings("ignore", module=re.escape(PROGRAM_FILE))
 
 
 def extract_program(response: str) -> str | None:
@@ -157,7 +163,7 @@ def prepare_problem(response: object, ground_truth: object) -> tuple[str, list[C
     if program is None:
         return Result(0.0, NO_CODE, None, "no ```python block after </think>")
     try:
-        ast.parse(program)
+        ast.parse(program, filename=PROGRAM_FILE)
     except (SyntaxError, ValueError, RecursionError, MemoryError) as exc:
         return Result(0.0, SYNTAX_ERROR, program, f"{type(exc).__name__}: {exc}"[:200])
     return program, cases

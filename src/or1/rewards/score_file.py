@@ -1,4 +1,4 @@
-"""`or1 score INPUT -o OUTPUT`: score a jsonl or parquet file of or1 rows that carry a `response` field.
+"""`or1 score INPUT --out OUTPUT`: score a jsonl or parquet file of or1 rows that carry a `response` field.
 
 Every input row comes out again with `score` and `reason` added (all other fields carried through), in the
 format the output's extension names. A malformed row scores 0 with reason bad_input; only a missing or unreadable
@@ -165,17 +165,19 @@ def score_file(
     if workers < 1:
         raise UserError(f"--workers must be at least 1 (got {workers}).")
     if timeout <= 0:
-        raise UserError(f"--timeout must be a positive number of seconds (got {timeout}).")
+        raise UserError(f"--math-timeout must be a positive number of seconds (got {timeout}).")
     input_path, output_path = Path(input_path), Path(output_path)
-    _format_of(output_path, "OUTPUT")
-    check_output_file(output_path, "OUTPUT")
+    _format_of(output_path, "--out")
+    check_output_file(output_path, "--out")
     if output_path.resolve() == input_path.resolve():
         raise UserError(
-            f"OUTPUT {output_path} is the input file; write the scored rows to another path (-o), so the input "
+            f"--out {output_path} is the input file; write the scored rows to another path, so the input "
             "stays intact if scoring stops"
         )
     warnings: list[str] = []
     rows = read_rows(input_path, warnings)
+    if not rows:
+        raise UserError(f"0 rows in {input_path}; nothing to score.")
     started = time.perf_counter()
     results = _score_with_progress(rows, workers, timeout, code_timeout)
     seconds = time.perf_counter() - started

@@ -1,8 +1,9 @@
 """`or1 train` in one pass: one request, each stage resolved once, the checks, Ray and the stop flag set up once.
 
-This module stays light (no torch): the pre-flight checks answer a bad stage, key, path or cluster address at once,
-then Ray starts (its own processes) while a thread imports the stage runner (torch, transformers: seconds of CPU),
-and the requested stages run in that one Ray, each from its resolved config (`or1.trainer.run.run_stages`).
+This module stays light (no torch): the pre-flight checks answer a bad stage, key, path, cluster address or data a
+step cannot be drawn from at once, then Ray starts (its own processes) while a thread imports the stage runner
+(torch, transformers: seconds of CPU), and the requested stages run in that one Ray, each from its resolved config
+(`or1.trainer.run.run_stages`).
 """
 
 from __future__ import annotations
@@ -13,9 +14,10 @@ from types import ModuleType
 
 from rich.console import Console
 
+from or1.data.prompts import check_prompts
 from or1.layout import run_directory
 from or1.plan.gate import check_fits
-from or1.preflight import check_cpu_inputs, check_train, uses_gpu
+from or1.preflight import check_cpu_inputs, check_data_files, check_device, check_train, uses_gpu
 from or1.stop import StopFlag
 from or1.trainer.request import TrainRequest
 
@@ -32,10 +34,14 @@ def launch(request: TrainRequest, console: Console | None = None) -> Path:
     check_train(stages[0], request.run_dir, request.ray_address)
     if request.plan_check:
         for cfg in stages:  # each stage this command runs must fit before anything starts
-            if request.gpu_memory is not None or uses_gpu(cfg):
-                if (line := check_fits(cfg, request.gpu_memory, run_dir)) is not None:
+            if request.gpus is not None or uses_gpu(cfg):
+                if (line := check_fits(cfg, request.gpus, run_dir)) is not None:
                     console.print(line, style="yellow", markup=False)
-    check_cpu_inputs(stages[0])
+    first = stages[0]
+    model = check_cpu_inputs(first)  # a CPU recipe's stage 1 model: its tokenizer counts the prompts below
+    check_device(first, request.ray_address)
+    check_data_files(first)
+    check_prompts(first.data.train_files, first.trainer.batch_size, first.data.max_prompt_length, model)
     stop = StopFlag()
     with stop.watching():
         from or1.hybrid.cluster import local_cpus, ray_session

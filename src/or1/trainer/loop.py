@@ -1,4 +1,5 @@
-"""The controller's training loop: one stage of GRPO / MAGIC, reading like the step of the HybridFlow design (README).
+"""The controller's training loop: one stage of GRPO / MAGIC, reading like the step of the HybridFlow design
+(docs/ARCHITECTURE.md, "One training step through the layers").
 
 The controller holds no weights: it moves Batches between the actor/rollout worker group, the critic (GAE only) and
 the reward manager, and keeps the small state of the algorithm (step, data position, entropy controller,

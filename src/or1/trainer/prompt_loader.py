@@ -14,12 +14,10 @@ from typing import TYPE_CHECKING
 
 import numpy as np
 
+from or1.data.prompts import encode_prompts
 from or1.data.records import prompt_key
-from or1.data.rows import read_rows
-from or1.errors import UserError
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import ABILITY, DATA_SOURCE, PROMPT_IDS, PROMPT_KEY, REWARD_MODEL, UID
-from or1.tokens import prompt_ids
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
@@ -47,17 +45,10 @@ class PromptLoader:
         shuffle: bool = True,
         keep_keys: set[str] | None = None,
     ):
-        rows = [row for f in files for row in read_rows(f)]
-        if keep_keys is not None:  # online filtering between stages keeps only these prompts
-            rows = [r for r in rows if prompt_key(r) in keep_keys]
-        encoded = [(row, prompt_ids(tokenizer, row["prompt"])) for row in rows]
-        self.too_long = sum(len(ids) > max_prompt_length for _, ids in encoded)
-        self.rows = [(row, ids) for row, ids in encoded if len(ids) <= max_prompt_length]
-        if len(self.rows) < batch_size:
-            raise UserError(
-                f"only {len(self.rows)} usable prompts in {', '.join(map(str, files))} ({self.too_long} longer than "
-                f"data.max_prompt_length={max_prompt_length}); trainer.batch_size is {batch_size}"
-            )
+        # online filtering between stages keeps only keep_keys' prompts
+        self.rows, self.too_long = encode_prompts(
+            files, tokenizer, batch_size=batch_size, max_prompt_length=max_prompt_length, keep_keys=keep_keys
+        )
         self.batch_size, self.seed, self.shuffle = batch_size, seed, shuffle
         self.state = LoaderState()
 

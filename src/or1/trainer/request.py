@@ -24,7 +24,9 @@ class TrainRequest:
     ray_address: str | None = None  # join this Ray cluster; None: a private local Ray
     overwrite: bool = False  # with resume never: delete the stage's earlier results first
     allow_config_change: bool = False  # resume although the settings differ from the stage's config.yaml
-    gpu_memory: float | None = None  # GiB a GPU has for the memory check (None: the visible GPU's)
+    gpus: str | None = (
+        None  # the GPUs the memory check plans for, as `or1 plan --gpus` (None: the visible GPU)
+    )
     plan_check: bool = True  # refuse a stage whose planned GPU memory exceeds the GPU's
 
     def stage_configs(self) -> list[RunConfig]:
