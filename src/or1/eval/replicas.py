@@ -34,6 +34,7 @@ from or1.engines.rollout import EngineSettings
 from or1.errors import UserError
 from or1.eval.generation import Completion, EngineBuild, Messages, engine_build, load_sampler
 from or1.eval.protocols import EvalSampling
+from or1.hybrid.actor_pool import Member, RestartBudget, first_results, kill, last_line, least_loaded, replace
 from or1.stop import StopFlag
 
 IN_FLIGHT = 2  # chunks a replica holds: the one it samples and the next, so it never idles
@@ -108,16 +109,16 @@ def _use_cores(cores: list[int], tensor_parallel_size: int) -> None:
 
 
 @dataclass(eq=False)
-class _Replica:
-    index: int
-    submit: Callable[[list[Request]], Future]  # sends a chunk; the future holds its completions
-    handle: Any = None  # the Ray actor; None for the replica in this process
-    ready: Future | None = None  # the actor's EngineBuild, until it has been checked
-    inflight: dict[Future, list[int]] = field(default_factory=dict)  # chunk -> positions in the work list
+class _Replica(Member):
+    """A member of the pool (its `inflight`: chunk future -> positions in the work list; `handle` None for the
+    replica in this process)."""
 
-    @property
-    def outstanding(self) -> int:
-        return sum(len(chunk) for chunk in self.inflight.values())
+    submit: Callable[[list[Request]], Future] = field(
+        kw_only=True
+    )  # sends a chunk; the future holds its completions
+    ready: Future | None = field(
+        default=None, kw_only=True
+    )  # the actor's EngineBuild, until it has been checked
 
 
 class ReplicaPool:
@@ -139,7 +140,8 @@ class ReplicaPool:
     ) -> None:
         if not ray.is_initialized():
             raise RuntimeError("ReplicaPool needs Ray connected (or1.hybrid.cluster.ray_session)")
-        self.layout, self.expected, self.restarts = layout, expected, 0
+        self.layout, self.expected = layout, expected
+        self.budget = RestartBudget(RESTARTS_PER_REPLICA * layout.replicas)
         self._args = (engine, str(model), sampling, settings)
         cpus = layout.threads * layout.tensor_parallel_size if not layout.gpus_per_replica else 1
         self._remote = ray.remote(EvalReplica).options(num_cpus=cpus, num_gpus=layout.gpus_per_replica)
@@ -212,13 +214,13 @@ class ReplicaPool:
                 completions = _result(ready)
             except RayActorError as death:
                 if death.actor_init_failed:  # not a lost replica: its engine cannot start
-                    raise UserError(f"an eval replica failed to start: {_last_line(death)}") from None
+                    raise UserError(f"an eval replica failed to start: {last_line(death)}") from None
                 lost = [p for p in positions + self._replace(replica) if p not in self._done]
                 if not stopping:
                     queue.extendleft(reversed(lost))
                 continue
-            fresh = [(p, c) for p, c in zip(positions, completions, strict=True) if p not in self._done]
-            self._done.update(p for p, _ in fresh)
+            first = set(first_results(positions, self._done))
+            fresh = [(p, c) for p, c in zip(positions, completions, strict=True) if p in first]
             if fresh:
                 on_done([p for p, _ in fresh], [c for _, c in fresh])
         if stop is not None:
@@ -244,8 +246,8 @@ class ReplicaPool:
         Once it is empty, an idle replica takes a copy of a chunk still waiting behind another replica's running
         one (the first copy back counts), so the tail never waits on the slowest replica's queue."""
         while queue:
-            replica = min(self.replicas, key=lambda r: (len(r.inflight) >= IN_FLIGHT, r.outstanding, r.index))
-            if len(replica.inflight) >= IN_FLIGHT:
+            replica = least_loaded(self.replicas, IN_FLIGHT)
+            if replica is None:
                 return
             size = max(1, min(batch, math.ceil(len(queue) / (IN_FLIGHT * len(self.replicas)))))
             self._send(replica, [queue.popleft() for _ in range(min(size, len(queue)))], requests)
@@ -268,20 +270,18 @@ class ReplicaPool:
 
     def _replace(self, replica: _Replica) -> list[int]:
         """Start a new actor in a dead replica's place; returns the positions of its other chunks (lost too)."""
-        self.restarts += 1
-        if self.restarts > RESTARTS_PER_REPLICA * len(self.replicas):
-            raise RuntimeError(f"eval replicas died {self.restarts} times; giving up (see the Ray logs)")
-        lost = [p for chunk in replica.inflight.values() for p in chunk]
-        ray.kill(replica.handle, no_restart=True)
-        fresh = self._start(replica.index)
-        self.replicas[self.replicas.index(replica)] = fresh
-        return lost
+        lost = replace(self.replicas, replica, self._start, self.budget, "eval replicas")
+        return [p for chunk in lost for p in chunk]
+
+    @property
+    def restarts(self) -> int:
+        """Replicas started in a dead one's place so far."""
+        return self.budget.used
 
     def close(self) -> None:
         """Kill the actors; the replica in this process finishes the chunk it samples, if any."""
         for replica in self.replicas:
-            if replica.handle is not None:
-                ray.kill(replica.handle, no_restart=True)
+            kill(replica)
         self.replicas = []
         if self._executor is not None:
             self._executor.shutdown(cancel_futures=True)
@@ -301,9 +301,3 @@ def _result(future: Future) -> Any:
         if isinstance(getattr(err, "cause", None), UserError):
             raise UserError(f"{err.cause} (eval replica)") from None
         raise
-
-
-def _last_line(error: Exception) -> str:
-    """The last line of a remote traceback: the exception that ended it."""
-    lines = [line.strip() for line in str(error).splitlines() if line.strip()]
-    return lines[-1] if lines else type(error).__name__

@@ -21,6 +21,7 @@ from ray.exceptions import RayActorError, RayTaskError
 from ray.util.scheduling_strategies import PlacementGroupSchedulingStrategy
 
 from or1.errors import UserError
+from or1.hybrid.actor_pool import last_line
 from or1.hybrid.dispatch import Dispatch, collect, method_spec, split_call
 from or1.hybrid.resource_pool import ResourcePool
 from or1.hybrid.worker import Worker
@@ -120,7 +121,7 @@ def _get(group: str, rank: int, method: str, ref: ray.ObjectRef) -> Any:
     except RayTaskError as e:
         if isinstance(getattr(e, "cause", None), UserError):  # the user's to fix: one line, no restart
             raise UserError(f"{e.cause} (worker group {group!r} rank {rank}, {method}())") from None
-        raise WorkerError(group, rank, method, _last_line(str(e))) from e
+        raise WorkerError(group, rank, method, last_line(str(e))) from e
     except RayActorError as e:
         detail = f"its actor process died ({type(e).__name__})"
         raise WorkerError(group, rank, method, detail, died=True) from e
@@ -324,8 +325,3 @@ class _RankActors:
             ray.kill(h, no_restart=True)
         self.pool.release()
         self.closed = True
-
-
-def _last_line(traceback_text: str) -> str:
-    lines = [line.strip() for line in traceback_text.strip().splitlines() if line.strip()]
-    return lines[-1] if lines else "unknown error"

@@ -20,7 +20,6 @@ import threading
 import time
 from collections import Counter, deque
 from collections.abc import Hashable
-from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -30,6 +29,7 @@ from ray.util.scheduling_strategies import NodeAffinitySchedulingStrategy
 
 from or1.config.schema import RewardConfig
 from or1.errors import UserError
+from or1.hybrid.actor_pool import Member, RestartBudget, kill, last_line, least_loaded
 from or1.rewards.code import PROBLEM_BUDGET
 from or1.scoring.scorer import Scorer
 from or1.scoring.session import ScoringSession, ability_groups
@@ -46,9 +46,8 @@ def short_node(node_id: str) -> str:
     return node_id[:8]
 
 
-def _last_line(error: BaseException) -> str:
-    lines = [line.strip() for line in str(error).strip().splitlines() if line.strip()]
-    return (lines[-1] if lines else type(error).__name__)[:200]
+def _why(error: BaseException) -> str:
+    return last_line(error)[:200]
 
 
 @dataclass(eq=False)
@@ -59,21 +58,23 @@ class _Chunk:
     ability: str
     bound: float  # seconds the chunk may take on a scorer, grace excluded
     failures: list[str] = field(default_factory=list)  # "<scorer>: <why>", one per failed attempt
+    sent: float = 0.0  # when it was last sent to a scorer
+
+    def __len__(self) -> int:  # its weight in a scorer's outstanding work
+        return len(self.keys)
 
 
 @dataclass(eq=False)
-class _Scorer:
-    handle: Any
-    node: str
-    name: str
-    created: float
-    ready_ref: Any | None  # None once the scorer is ready
-    inflight: deque[tuple[_Chunk, Any, float]] = field(default_factory=deque)  # (chunk, result ref, sent at)
-    clock: float = 0.0  # when its last chunk came back: a queued chunk's time counts from then
+class _Scorer(Member):
+    """A member of the plane (its `inflight`: result ref -> chunk, in send order), pinned to `node`."""
 
-    @property
-    def outstanding(self) -> int:
-        return sum(len(chunk.keys) for chunk, _, _ in self.inflight)
+    node: str = field(default="", kw_only=True)
+    name: str = field(default="", kw_only=True)
+    created: float = field(default=0.0, kw_only=True)
+    ready_ref: Any | None = field(default=None, kw_only=True)  # None once the scorer is ready
+    clock: float = field(
+        default=0.0, kw_only=True
+    )  # when its last chunk came back: a queued one counts from then
 
 
 class ClusterSession(ScoringSession):
@@ -121,7 +122,7 @@ class ScorerPlane:
         self._remote = ray.remote(scorer_cls or Scorer)
         self._scorers: list[_Scorer] = []
         self._pending: deque[_Chunk] = deque()
-        self._start_failures: Counter[str] = Counter()
+        self._start_failures = RestartBudget(MAX_START_FAILURES, per_key=True)  # starts that failed, per node
         self._seq = itertools.count(1)
         self._starved_since: float | None = None
         self._lock = threading.RLock()
@@ -185,7 +186,7 @@ class ScorerPlane:
             for session in self._sessions():
                 session.fail("the reward manager was closed before these rows were scored")
             for scorer in self._scorers:
-                _kill(scorer)
+                kill(scorer)
             self._scorers, self._pending = [], deque()
 
     # --- the dispatch thread ------------------------------------------------------------------------------------
@@ -203,14 +204,14 @@ class ScorerPlane:
     def _sessions(self) -> set[ClusterSession]:
         """The sessions with chunks waiting or in flight."""
         return {c.session for c in self._pending} | {
-            c.session for s in self._scorers for c, _, _ in s.inflight
+            c.session for s in self._scorers for c in s.inflight.values()
         }
 
     def _turn(self) -> None:
         with self._lock:
             self._dispatch()
             refs = [s.ready_ref for s in self._scorers if s.ready_ref is not None]
-            refs += [ref for s in self._scorers for _, ref, _ in s.inflight]
+            refs += [ref for s in self._scorers for ref in s.inflight]
         if refs:
             done, _ = ray.wait(refs, num_returns=1, timeout=POLL)
             if done:
@@ -228,14 +229,14 @@ class ScorerPlane:
         """Hand pending chunks to ready scorers, each to the one with the fewest outstanding rows."""
         now = time.monotonic()
         while self._pending:
-            free = [s for s in self._scorers if s.ready_ref is None and len(s.inflight) < IN_FLIGHT]
-            if not free:
+            scorer = least_loaded((s for s in self._scorers if s.ready_ref is None), IN_FLIGHT)
+            if scorer is None:
                 break
             chunk = self._pending.popleft()
             if chunk.session.failed:
                 continue
-            scorer = min(free, key=lambda s: (s.outstanding, s.name))
-            scorer.inflight.append((chunk, scorer.handle.score.remote(chunk.rows), now))
+            chunk.sent = now
+            scorer.inflight[scorer.handle.score.remote(chunk.rows)] = chunk
 
     def _collect(self, ref: Any) -> None:
         for scorer in list(self._scorers):
@@ -243,29 +244,28 @@ class ScorerPlane:
                 try:
                     ray.get(ref)
                 except RayError as err:
-                    self._lose(scorer, f"did not start ({_last_line(err)})")
+                    self._lose(scorer, f"did not start ({_why(err)})")
                     return
                 scorer.ready_ref, scorer.clock = None, time.monotonic()
                 return
-            for entry in scorer.inflight:
-                if entry[1] == ref:
-                    self._chunk_done(scorer, entry)
-                    return
+            if ref in scorer.inflight:
+                self._chunk_done(scorer, ref)
+                return
 
-    def _chunk_done(self, scorer: _Scorer, entry: tuple[_Chunk, Any, float]) -> None:
-        chunk, ref, _ = entry
+    def _chunk_done(self, scorer: _Scorer, ref: Any) -> None:
+        chunk = scorer.inflight[ref]
         try:
             answer = ray.get(ref)
         except RayTaskError as err:  # the scorer raised on this chunk: the chunk failed, the scorer lives on
-            scorer.inflight.remove(entry)
+            del scorer.inflight[ref]
             scorer.clock = time.monotonic()
-            chunk.failures.append(f"{scorer.name}: {_last_line(err)}")
+            chunk.failures.append(f"{scorer.name}: {_why(err)}")
             self._retry(chunk)
             return
         except RayError as err:  # the actor is gone (its node lost, or it crashed)
             self._lose(scorer, f"died ({type(err).__name__})")
             return
-        scorer.inflight.remove(entry)
+        del scorer.inflight[ref]
         scorer.clock = time.monotonic()
         chunk.session._record(
             chunk.keys, answer.results, short_node(answer.node), chunk.ability, answer.seconds
@@ -279,9 +279,9 @@ class ScorerPlane:
                 if now - scorer.created > START_TIMEOUT:
                     self._lose(scorer, f"did not start within {START_TIMEOUT:.0f} s")
             elif scorer.inflight:
-                chunk, _, sent = scorer.inflight[0]
+                chunk = next(iter(scorer.inflight.values()))  # the one it runs; the next waits behind it
                 limit = chunk.bound + self.cfg.scorer_grace
-                if now - max(sent, scorer.clock) > limit:
+                if now - max(chunk.sent, scorer.clock) > limit:
                     self._lose(scorer, f"no answer within {limit:.0f} s")
         ready = any(s.ready_ref is None for s in self._scorers)
         if not self._pending or ready:
@@ -297,18 +297,19 @@ class ScorerPlane:
     def _lose(self, scorer: _Scorer, why: str) -> None:
         """Kill `scorer`, send its chunks again (the one it was running counts a failure), start its replacement."""
         self._scorers.remove(scorer)
-        _kill(scorer)
+        kill(scorer)
         if scorer.ready_ref is not None:
-            self._start_failures[scorer.node] += 1
-        entries = list(scorer.inflight)
-        rows = sum(len(chunk.keys) for chunk, _, _ in entries)
-        LOG.warning("%s lost: %s; its %d outstanding rows go to another scorer", scorer.name, why, rows)
-        for chunk, _, _ in reversed(entries[1:]):
+            self._start_failures.spend(scorer.node)
+        chunks = list(scorer.inflight.values())
+        LOG.warning(
+            "%s lost: %s; its %d outstanding rows go to another scorer", scorer.name, why, scorer.outstanding
+        )
+        for chunk in reversed(chunks[1:]):
             if not chunk.session.failed:
                 self._pending.appendleft(chunk)
-        if entries:
-            entries[0][0].failures.append(f"{scorer.name}: {why}")
-            self._retry(entries[0][0])
+        if chunks:
+            chunks[0].failures.append(f"{scorer.name}: {why}")
+            self._retry(chunks[0])
         self._ensure_scorers()
 
     def _retry(self, chunk: _Chunk) -> None:
@@ -330,19 +331,22 @@ class ScorerPlane:
                 or node.get("Resources", {}).get("CPU", 0) < self.cpus
             ):
                 continue
-            if self._start_failures[node_id] >= MAX_START_FAILURES:
+            if not self._start_failures.allows(node_id):
                 continue
             handle = self._remote.options(
                 num_cpus=self.cpus, scheduling_strategy=NodeAffinitySchedulingStrategy(node_id, soft=False)
             ).remote(self.cfg)
-            name = f"scorer {short_node(node_id)}#{next(self._seq)}"
-            self._scorers.append(_Scorer(handle, node_id, name, time.monotonic(), handle.ready.remote()))
-
-
-def _kill(scorer: _Scorer) -> None:
-    """Kill a scorer's actor for good (its verifier processes die with it); one already gone is no error."""
-    with suppress(Exception):
-        ray.kill(scorer.handle, no_restart=True)
+            seq = next(self._seq)
+            self._scorers.append(
+                _Scorer(
+                    seq,
+                    handle,
+                    node=node_id,
+                    name=f"scorer {short_node(node_id)}#{seq}",
+                    created=time.monotonic(),
+                    ready_ref=handle.ready.remote(),
+                )
+            )
 
 
 def _cannot_finish(chunk: _Chunk, why: str) -> str:

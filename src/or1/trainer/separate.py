@@ -17,6 +17,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
+from or1.hybrid.actor_pool import RestartBudget
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import POLICY_VERSION
 from or1.hybrid.sampling import SamplingRequest
@@ -46,10 +47,9 @@ class Separate:
         max_restarts: int,
     ) -> None:
         self.actor, self.sampler, self.replicas = actor, sampler, replicas
-        self.start_replicas, self.max_restarts = start_replicas, max_restarts
+        self.start_replicas, self.budget = start_replicas, RestartBudget(max_restarts)
         self.k, self.steps = sampler.cfg.rollout.max_staleness, sampler.cfg.trainer.steps
         self.replica_version = 0  # the replicas start from the stage's model: version 0
-        self.restarts = 0
         self.oldest = 0  # the oldest version there is to sample with (begin)
         self.in_flight = 0  # groups of the rollout call in progress
         self.versions: dict[int, Any] = {}  # version -> publish_weights' (weights ref, probe)
@@ -132,6 +132,11 @@ class Separate:
         self.end()
         self.replicas.shutdown()
 
+    @property
+    def restarts(self) -> int:
+        """Replicas started in dead ones' place so far."""
+        return self.budget.used
+
     # ---- checkpoints: the older weight versions the steps after a resume sample with ------------------------------
     def checkpoint_parts(self) -> list[CheckpointPart]:
         return [self]
@@ -185,9 +190,9 @@ class Separate:
                     self.in_flight = len(prompts)
                     return self.replicas.stream(RolloutRole.stream_sequences, on_rows, prompts, request)
                 except WorkerError as e:
-                    if not e.died or self.stopping or self.restarts >= self.max_restarts:
+                    if not e.died or self.stopping or not self.budget.allows():
                         raise
-                    self.restarts += 1
+                    self.budget.spend()
                     self.replicas.shutdown()
                     self.replicas, self.replica_version = self.start_replicas(), 0
                     raise ReplicaReplaced(str(e)) from e
