@@ -34,3 +34,17 @@ def test_a_value_a_key_or_a_step_that_differs_fails(tmp_path: Path) -> None:
     extra = compare(tmp_path, [{**STEPS[0], "entropy": 0.1}, STEPS[1]])
     assert extra.returncode == 1 and "step 1: the keys differ (['entropy'])" in extra.stdout
     assert "2 lines against 1" in compare(tmp_path, STEPS[:1]).stdout
+
+
+def test_how_far_the_replicas_ran_ahead_is_timing_but_staleness_is_not(tmp_path: Path) -> None:
+    ahead = [{**STEPS[0], "async/queue_depth": 1.0, "async/groups_in_flight": 8.0}, STEPS[1]]
+    ran = [{**STEPS[0], "async/queue_depth": 0.0, "async/groups_in_flight": 0.0}, STEPS[1]]
+    rows = [("before", ahead), ("after", ran)]
+    paths = []
+    for name, records in rows:
+        paths.append(tmp_path / f"{name}.jsonl")
+        paths[-1].write_text("".join(json.dumps(r) + "\n" for r in records))
+    done = subprocess.run([sys.executable, SCRIPT, *map(str, paths)], capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout
+    stale = compare(tmp_path, [{**STEPS[0], "async/staleness_max": 1.0}, STEPS[1]])
+    assert stale.returncode == 1 and "async/staleness_max" in stale.stdout
