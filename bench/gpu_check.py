@@ -11,7 +11,7 @@ tiny one) goes through what a training step does on one rank, in a process of it
   utilisation (`or1.plan.flops`, as `or1 train` counts it: forward + backward, causal attention per sequence, the
   output head at the response positions, no recompute; over the GPU's dense bf16 peak from `or1.plan.peak`'s
   datasheet table, or --peak-tflops);
-- for each rollout engine (hf, vllm), the hand-off of `WeightHandoff.rollout_phase`: wake the engine's
+- for each rollout engine (hf, vllm), the hand-off of `WeightSync.rollout_phase`: wake the engine's
   weights, push the actor's weights (seconds per GB of pushed tensors), offload the actor, wake the KV cache,
   generate (response tokens/s), sleep, onload the actor;
 - peak GPU memory of each phase (`torch.cuda.max_memory_allocated`; on the CPU the process's peak RSS), printed

@@ -1,6 +1,6 @@
 """The per-GPU peak of each phase of one stage, in the order the colocated worker runs them, at two lengths.
 
-A training rank holds the FSDP2 actor and a vLLM engine that take turns with the GPU (workers/weight_handoff
+A training rank holds the FSDP2 actor and a vLLM engine that take turns with the GPU (workers/weight_sync
 `rollout_phase`): the engine wakes its weights, the actor's weights are pushed into them, the actor goes to the host
 (actor.offload), the KV cache wakes, the engine samples, then sleeps (weights to the host, KV dropped) and the
 actor comes back for the old log-probs (and, with KL, the reference policy's) and the update. A stage fits when the

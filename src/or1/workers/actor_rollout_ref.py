@@ -2,7 +2,7 @@
 
 One instance per data-parallel rank, all three roles in the same process so weights move from training to sampling
 in memory: before a generation that follows an update, the rollout engine (`rollout.engine`: the HF loop or vLLM)
-receives the actor's weights, and on a GPU the two take turns with the device's memory (`weight_handoff`). The
+receives the actor's weights, and on a GPU the two take turns with the device's memory (`weight_sync`). The
 controller calls the @register methods through a WorkerGroup; DP_COMPUTE methods see only this rank's share.
 
 `stream_sequences` / `generate_sequences` (`rollout_worker.RolloutRole`) sample what the controller's SamplingRequest
@@ -39,7 +39,7 @@ from or1.plan.peak import DevicePeak, device_peak
 from or1.rng import ProcessRNG
 from or1.tokens import load_tokenizer
 from or1.workers.rollout_worker import RolloutRole
-from or1.workers.weight_handoff import WeightHandoff, actor_probe, tolerance
+from or1.workers.weight_sync import WeightSync, actor_probe, tolerance
 
 
 class ActorRolloutRefWorker(RolloutRole, Worker):
@@ -72,7 +72,7 @@ class ActorRolloutRefWorker(RolloutRole, Worker):
         self.probe_tolerance = tolerance(r.weight_sync_tolerance, rollout_dtype, settings.compute_dtype)
         if r.placement == "colocated":
             self.rollout = self._build_rollout(self.model_path, rollout_dtype)
-            self.handoff = WeightHandoff(
+            self.weight_sync = WeightSync(
                 self.actor,
                 self.rollout,
                 self.tokenizer,
@@ -86,7 +86,7 @@ class ActorRolloutRefWorker(RolloutRole, Worker):
         if self.ref is not None:
             self.ref.offload()  # needed only for its own pass (actor.offload)
         if r.placement == "colocated":
-            self.rollout.sleep()  # the actor holds the GPU outside handoff.rollout_phase
+            self.rollout.sleep()  # the actor holds the GPU outside weight_sync.rollout_phase
         return {"rank": self.rank, "parameters": sum(p.numel() for p in self.actor.model.parameters())}
 
     def _sampling_phase(self, request: SamplingRequest) -> AbstractContextManager[Any]:
@@ -95,7 +95,7 @@ class ActorRolloutRefWorker(RolloutRole, Worker):
         if request.step is not None:
             self.step, self.policy_version = request.step, request.step - 1
         where = f"step {self.step}" if request.step is not None else f"validation after step {self.step}"
-        return self.handoff.rollout_phase(self.weights_version, where)
+        return self.weight_sync.rollout_phase(self.weights_version, where)
 
     @register(Dispatch.ONE_TO_ALL)
     def publish_weights(self) -> tuple[ray.ObjectRef, tuple[list[int], list[float], float] | None] | None:
