@@ -60,13 +60,13 @@ class ActorRolloutRefWorker(RolloutRole, Worker):
         """Load tokenizer, FSDP2 actor, the rollout engine and (KL only) the reference policy."""
         # Imported here, in the rank's process: the controller imports this class only to dispatch to it, and the
         # training stack (FSDP2, transformers' model classes) costs seconds of CPU at start-up.
-        from or1.engines.fsdp_actor import FSDPTrainEngine
+        from or1.engines.fsdp_actor import FSDPPolicyEngine
         from or1.engines.train_settings import TrainSettings
 
         torch.manual_seed(self.cfg.trainer.seed + self.rank)
         settings = TrainSettings.from_config(self.cfg, device=str(self.device))
         self.tokenizer = load_tokenizer(self.model_path)
-        self.actor = FSDPTrainEngine(self.model_path, settings)
+        self.actor = FSDPPolicyEngine(self.model_path, settings)
         r = self.cfg.rollout
         rollout_dtype = r.dtype or settings.compute_dtype
         self.probe_tolerance = tolerance(r.weight_sync_tolerance, rollout_dtype, settings.compute_dtype)
@@ -82,7 +82,7 @@ class ActorRolloutRefWorker(RolloutRole, Worker):
         self.weights_version = 0  # the actor's: one more at every change (the rollout starts on version 0)
         self.step = 0  # the training step of the latest generation (validation samples after it)
         kl = self.cfg.algorithm.kl
-        self.ref = FSDPTrainEngine(self.model_path, settings, trainable=False) if kl.enabled else None
+        self.ref = FSDPPolicyEngine(self.model_path, settings, trainable=False) if kl.enabled else None
         if self.ref is not None:
             self.ref.offload()  # needed only for its own pass (actor.offload)
         if r.placement == "colocated":

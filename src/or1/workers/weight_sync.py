@@ -26,7 +26,7 @@ from or1.workers.rollout_rows import pack_sequences
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from or1.engines.fsdp_actor import FSDPTrainEngine
+    from or1.engines.fsdp_actor import FSDPPolicyEngine
     from or1.engines.rollout import RolloutEngine
 
 # A fixed text whose tokens both sides score: any tokenizer encodes it, and it is short (one tiny forward).
@@ -44,7 +44,7 @@ class WeightSync:
 
     def __init__(
         self,
-        actor: FSDPTrainEngine,
+        actor: FSDPPolicyEngine,
         rollout: RolloutEngine,
         tokenizer: PreTrainedTokenizerBase,
         *,
@@ -85,7 +85,7 @@ class WeightSync:
 
 
 def actor_probe(
-    actor: FSDPTrainEngine, tokenizer: PreTrainedTokenizerBase, pad_id: int
+    actor: FSDPPolicyEngine, tokenizer: PreTrainedTokenizerBase, pad_id: int
 ) -> tuple[list[int], list[float]]:
     """The probe's token ids and the actor's log-probs of all but the first, at temperature 1 (collective)."""
     ids = tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]
