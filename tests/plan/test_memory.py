@@ -16,7 +16,7 @@ from gloo_ranks import spawn_ranks
 from or1.algos import losses
 from or1.algos.losses import LossConfig, entropy_from_logits, token_log_probs
 from or1.engines import varlen
-from or1.engines.attention import use_grouped_sdpa
+from or1.engines.cpu_attention import use_grouped_sdpa
 from or1.engines.packing import packed_window, padded_window
 from or1.plan import memory
 from or1.plan.memory import Window, saved_activations

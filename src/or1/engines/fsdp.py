@@ -49,7 +49,7 @@ from transformers import PreTrainedModel
 
 from or1.algos.aggregation import loss_denominators
 from or1.engines import ulysses, varlen
-from or1.engines.attention import use_grouped_sdpa
+from or1.engines.cpu_attention import use_grouped_sdpa
 from or1.engines.packing import Window, even_slices, packed_window, padded_window, token_budget_slices
 from or1.engines.train_settings import TrainSettings, fsdp_policies
 from or1.errors import UserError
