@@ -19,6 +19,7 @@ import ray
 import torch
 
 from or1.algos.losses import LossConfig
+from or1.compute.peak import DevicePeak, device_peak
 from or1.config.schema import RunConfig
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import (
@@ -35,7 +36,6 @@ from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker import Worker
 from or1.layout import CHECKPOINT_MODEL_DIR, rank_rng_file
-from or1.plan.peak import DevicePeak, device_peak
 from or1.rng import ProcessRNG
 from or1.tokens import load_tokenizer
 from or1.workers.rollout_worker import RolloutRole
