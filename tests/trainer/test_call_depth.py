@@ -87,7 +87,7 @@ def controller_chain(tmp_path: Path) -> tuple[list[str], Any, dict, Any]:
         "algorithm.rejection_sampling=false",  # the step trains whatever the base solves
     ]
     found: list = []
-    top = inspect.unwrap(sys.modules["or1.cli"].train).__code__
+    top = inspect.unwrap(sys.modules["or1.cli.training"].train).__code__
     # the fan-out is the function that sends the call to every rank and waits for them all
     sys.setprofile(tracing(wait_all.__code__, top, found, caller=True))
     try:
@@ -143,7 +143,7 @@ def free_port() -> int:
 @pytest.mark.slow
 def test_or1_train_reaches_the_policy_loss_in_few_hops(tmp_path: Path) -> None:
     controller, args, kwargs, cfg = controller_chain(tmp_path)
-    assert controller[0] == "or1.cli.train"
+    assert controller[0] == "or1.cli.training.train"
     assert controller[-1].startswith("or1.hybrid.worker_group.WorkerGroup.")
     out = tmp_path / "worker_chain.json"
     spawn_ranks(_worker_rank, cfg, free_port(), args, kwargs, str(out), nprocs=1)
