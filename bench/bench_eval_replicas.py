@@ -91,7 +91,7 @@ def sampling_alone(model: Path, data: Path, args: argparse.Namespace) -> tuple[f
     one thread each, as a replica has on 2 cores)."""
     from or1.data.benchmarks import load_benchmark
     from or1.engines.rollout import EngineSettings
-    from or1.eval.evaluate import problem_id, sample_seed
+    from or1.eval.evaluate import problem_id, problem_sample_seed
     from or1.eval.generation import DEFAULT_BATCH
     from or1.eval.protocols import resolve_sampling
     from or1.eval.replicas import EvalReplica
@@ -100,7 +100,7 @@ def sampling_alone(model: Path, data: Path, args: argparse.Namespace) -> tuple[f
     sampling = resolve_sampling("skywork", bench.ability, seed=0, n=args.n, max_tokens=args.max_tokens)
     settings = EngineSettings(seed=sampling.seed)
     requests = [
-        (row["prompt"], sample_seed(sampling.seed, problem_id(i, row), k))
+        (row["prompt"], problem_sample_seed(sampling.seed, problem_id(i, row), k))
         for k in range(sampling.n)
         for i, row in enumerate(bench.rows)
     ]

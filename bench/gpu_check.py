@@ -5,13 +5,13 @@ Usage: .venv/bin/python bench/gpu_check.py [--shapes 0.5b,1.5b] [--peak-tflops 9
 
 For each shape, a random-init Qwen2 built from a config in code (Qwen2-0.5B and Qwen2-1.5B shapes; `--dry-run`: a
 tiny one) goes through what a training step does on one rank, in a process of its own, with or1's own code:
-- the FSDP2 actor (`FSDPTrainEngine`: float32 master weights, bf16 compute with float32 reduction, activation
+- the FSDP2 actor (`FSDPPolicyEngine`: float32 master weights, bf16 compute with float32 reduction, activation
   checkpointing, actor.offload, sequences packed into one row per micro-batch and attended through torch's flash
   varlen kernel, as the recipes run) computes old log-probs, then PPO updates: update tokens/s and model FLOPs
-  utilisation (`or1.plan.flops`, as `or1 train` counts it: forward + backward, causal attention per sequence, the
-  output head at the response positions, no recompute; over the GPU's dense bf16 peak from `or1.plan.peak`'s
+  utilisation (`or1.compute.flops`, as `or1 train` counts it: forward + backward, causal attention per sequence, the
+  output head at the response positions, no recompute; over the GPU's dense bf16 peak from `or1.compute.peak`'s
   datasheet table, or --peak-tflops);
-- for each rollout engine (hf, vllm), the hand-off of `WeightHandoff.rollout_phase`: wake the engine's
+- for each rollout engine (hf, vllm), the hand-off of `WeightSync.rollout_phase`: wake the engine's
   weights, push the actor's weights (seconds per GB of pushed tensors), offload the actor, wake the KV cache,
   generate (response tokens/s), sleep, onload the actor;
 - peak GPU memory of each phase (`torch.cuda.max_memory_allocated`; on the CPU the process's peak RSS), printed
@@ -171,14 +171,14 @@ def check_shape(name: str, dry_run: bool, peak_tflops: float | None, engines: li
     import torch.distributed as dist
 
     from or1.algos.losses import LossConfig
+    from or1.compute.flops import training_flops
+    from or1.compute.peak import table_tflops
     from or1.engines import varlen
-    from or1.engines.fsdp_actor import FSDPTrainEngine
+    from or1.engines.fsdp_actor import FSDPPolicyEngine
     from or1.engines.rollout import SamplingParams
     from or1.engines.train_settings import TrainSettings
     from or1.hybrid.worker import Worker
-    from or1.plan.flops import training_flops
     from or1.plan.model import ModelShape
-    from or1.plan.peak import table_tflops
 
     shape = SHAPES[name]
     on_gpu = not dry_run
@@ -208,7 +208,7 @@ def check_shape(name: str, dry_run: bool, peak_tflops: float | None, engines: li
             micro_batch_size=micro,
             remove_padding=True,
         )
-        actor = FSDPTrainEngine(folder, settings)
+        actor = FSDPPolicyEngine(folder, settings)
         probe = torch.zeros(1, 1, 1, shape["hidden_size"] // shape["num_attention_heads"], device=device)
         reason = varlen.flash_unusable(probe.to(torch.bfloat16))
         row["packed_attention"] = f"per-segment sdpa ({reason})" if reason else "flash varlen"

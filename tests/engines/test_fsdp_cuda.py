@@ -12,7 +12,7 @@ import torch.distributed as dist
 from test_fsdp_engine import make_batch
 
 from or1.algos.losses import LossConfig
-from or1.engines.fsdp_actor import FSDPTrainEngine
+from or1.engines.fsdp_actor import FSDPPolicyEngine
 from or1.engines.train_settings import TrainSettings
 from or1.hybrid.worker import GPU_BACKEND
 
@@ -34,17 +34,17 @@ def cuda_settings(**extra) -> TrainSettings:
     return TrainSettings(device="cuda:0", mixed_precision="bfloat16", lr=1e-3, micro_batch_size=4, **extra)
 
 
-def optimizer_state(engine: FSDPTrainEngine) -> list[torch.Tensor]:
+def optimizer_state(engine: FSDPPolicyEngine) -> list[torch.Tensor]:
     """Adam's moment tensors (its step counter stays on the host)."""
     return [v for s in engine.optimizer.state.values() for k, v in s.items() if k != "step"]
 
 
-def step(engine: FSDPTrainEngine) -> dict[str, float]:
+def step(engine: FSDPPolicyEngine) -> dict[str, float]:
     return engine.train_step(make_batch(8), LossConfig(), temperature=1.0)
 
 
 def test_mixed_precision_keeps_float32_master_weights_on_the_gpu(one_rank, model_dir: Path) -> None:
-    engine = FSDPTrainEngine(model_dir, cuda_settings(gradient_checkpointing=True))
+    engine = FSDPPolicyEngine(model_dir, cuda_settings(gradient_checkpointing=True))
     params = list(engine.model.parameters())
     assert all(p.device.type == "cuda" and p.dtype == torch.float32 for p in params)
     lp = engine.log_probs(make_batch(8), temperature=1.0)["log_probs"]
@@ -58,7 +58,7 @@ def test_mixed_precision_keeps_float32_master_weights_on_the_gpu(one_rank, model
 
 
 def test_offload_moves_parameters_and_optimizer_state_to_the_host_and_back(one_rank, model_dir: Path) -> None:
-    engine = FSDPTrainEngine(model_dir, cuda_settings(offload=True))
+    engine = FSDPPolicyEngine(model_dir, cuda_settings(offload=True))
     step(engine)  # the optimizer state exists from here on
     held = torch.cuda.memory_allocated()
     moving = sum(t.numel() * t.element_size() for t in [*engine.model.parameters(), *optimizer_state(engine)])
@@ -75,7 +75,7 @@ def test_offload_moves_parameters_and_optimizer_state_to_the_host_and_back(one_r
 
 
 def test_cpu_offload_policy_keeps_shards_on_the_host(one_rank, model_dir: Path) -> None:
-    engine = FSDPTrainEngine(model_dir, cuda_settings(fsdp_cpu_offload=True))
+    engine = FSDPPolicyEngine(model_dir, cuda_settings(fsdp_cpu_offload=True))
     assert all(p.device.type == "cpu" for p in engine.model.parameters())
     metrics = step(engine)
     assert metrics["grad_norm"] > 0 and all(p.device.type == "cpu" for p in engine.model.parameters())

@@ -1,4 +1,4 @@
-"""FSDPTrainEngine: 2 gloo ranks train exactly like 1 (as data-parallel ranks, or as one Ulysses sequence-parallel
+"""FSDPPolicyEngine: 2 gloo ranks train exactly like 1 (as data-parallel ranks, or as one Ulysses sequence-parallel
 group), micro-batching is exact, log-probs match a plain forward, checkpoints are HF-loadable and independent of the
 world size."""
 
@@ -14,7 +14,7 @@ import torch.distributed as dist
 from gloo_ranks import spawn_ranks
 from or1.algos.losses import LossConfig, token_log_probs
 from or1.algos.rollout_correction import CorrectionSettings, correct
-from or1.engines.fsdp_actor import FSDPTrainEngine
+from or1.engines.fsdp_actor import FSDPPolicyEngine
 from or1.engines.loading import load_causal_lm
 from or1.engines.train_settings import TrainSettings
 from or1.hybrid.batch import Batch
@@ -52,7 +52,7 @@ def _rank(
     torch.set_num_threads(1)
     results = []
     for s in settings:
-        engine = FSDPTrainEngine(model_dir, s)
+        engine = FSDPPolicyEngine(model_dir, s)
         batch = make_batch(8).chunk(world)[rank]
         lp = engine.log_probs(batch, temperature=1.0, with_entropy=True)
         metrics = engine.train_step(
@@ -167,7 +167,7 @@ def test_log_probs_match_an_unpadded_forward(one_rank: list[dict], model_dir: Pa
 
 def _save_rank(rank: int, world: int, init_file: str, model_dir: str, folder: str, load_from: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    engine = FSDPTrainEngine(model_dir, TrainSettings(lr=1e-3, micro_batch_size=4))
+    engine = FSDPPolicyEngine(model_dir, TrainSettings(lr=1e-3, micro_batch_size=4))
     if load_from:
         engine.load(Path(load_from))
     else:
@@ -200,7 +200,7 @@ def _first_step_rank(_rank: int, init_file: str, model_dir: str, folder: str, ou
     batch, settings = make_batch(8), TrainSettings(lr=LR, micro_batch_size=8)
     params = {}
     for kind in ("straight", "saved", "loaded"):
-        engine = FSDPTrainEngine(model_dir, settings)
+        engine = FSDPPolicyEngine(model_dir, settings)
         if kind == "saved":
             engine.save(Path(folder))
         elif kind == "loaded":
@@ -226,7 +226,7 @@ def test_a_checkpoint_before_the_first_step_leaves_that_step_alone(tmp_path: Pat
 def _on_policy_rank(rank: int, world: int, init_file: str, model_dir: str, sp: int, out_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.set_num_threads(1)
-    engine = FSDPTrainEngine(model_dir, TrainSettings(lr=LR, micro_batch_size=3, sequence_parallel_size=sp))
+    engine = FSDPPolicyEngine(model_dir, TrainSettings(lr=LR, micro_batch_size=3, sequence_parallel_size=sp))
     batch = make_batch(8).chunk(world)[rank]
     before = engine.log_probs(batch, temperature=1.0).tensors["log_probs"]
     engine.train_step(batch.drop(["old_log_probs"]), LossConfig(), temperature=1.0)
@@ -258,7 +258,7 @@ def _weighted_rank(rank: int, world: int, init_file: str, model_dir: str, sp: in
     for level in ("token", "sequence"):
         correction = CorrectionSettings(is_level=level, is_cap=1.5)
         loss = LossConfig(correction=correction)
-        separate = FSDPTrainEngine(model_dir, settings)
+        separate = FSDPPolicyEngine(model_dir, settings)
         old = separate.log_probs(batch, temperature=1.0).tensors["log_probs"]
         mask = batch.tensors["response_mask"]
         # a sampler that disagrees with the actor by up to ~0.3 nats a token: weights on both sides of the cap
@@ -268,7 +268,7 @@ def _weighted_rank(rank: int, world: int, init_file: str, model_dir: str, sp: in
             Batch({"old_log_probs": old, "rollout_is_weights": weights})
         )
         metrics = {"separate": separate.train_step(given, loss, temperature=1.0)}
-        fused = FSDPTrainEngine(model_dir, settings)
+        fused = FSDPPolicyEngine(model_dir, settings)
         own = batch.drop(["old_log_probs"]).union(Batch({"rollout_log_probs": rollout}))
         metrics["fused"] = fused.train_step(own, loss, temperature=1.0)
         params = {

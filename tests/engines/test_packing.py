@@ -16,7 +16,7 @@ from test_fsdp_engine import PROMPT_W, RESPONSE_W, make_batch
 from gloo_ranks import spawn_ranks
 from or1.algos.losses import LossConfig
 from or1.engines import varlen
-from or1.engines.fsdp_actor import FSDPTrainEngine
+from or1.engines.fsdp_actor import FSDPPolicyEngine
 from or1.engines.fsdp_critic import FSDPCriticEngine
 from or1.engines.loading import load_causal_lm
 from or1.engines.packing import packed_window, padded_window, token_budget_slices
@@ -130,7 +130,7 @@ def _policy_rank(rank: int, world: int, init_file: str, model_dir: str, out_file
     torch.set_num_threads(1)
     results = {}
     for name, settings, agg_mode, fused in VARIANTS:
-        engine = FSDPTrainEngine(model_dir, settings)
+        engine = FSDPPolicyEngine(model_dir, settings)
         batch = make_batch(8).chunk(world)[rank]
         out = engine.log_probs(batch, temperature=1.0, with_entropy=True)
         # the two-pass path: the old log-probs come from the separate pass with the same weights
@@ -140,7 +140,7 @@ def _policy_rank(rank: int, world: int, init_file: str, model_dir: str, out_file
         grads: dict[str, torch.Tensor] = {}
         step = engine._optimizer_step
 
-        def record(engine: FSDPTrainEngine = engine, grads: dict = grads, step=step) -> float:
+        def record(engine: FSDPPolicyEngine = engine, grads: dict = grads, step=step) -> float:
             grads.update({n: p.grad.full_tensor().clone() for n, p in engine.model.named_parameters()})
             return step()
 
@@ -213,7 +213,7 @@ def test_an_off_policy_update_needs_old_log_probs(tmp_path: Path, model_dir: Pat
 def _off_policy_rank(_rank: int, init_file: str, model_dir: str) -> None:
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=0, world_size=1)
     try:
-        engine = FSDPTrainEngine(model_dir, TrainSettings(mini_batches=2))
+        engine = FSDPPolicyEngine(model_dir, TrainSettings(mini_batches=2))
         engine.train_step(make_batch(4).drop(["old_log_probs"]), LossConfig(), temperature=1.0)
     finally:
         dist.destroy_process_group()

@@ -16,7 +16,7 @@ from gloo_ranks import spawn_ranks
 from or1.algos import losses
 from or1.algos.losses import LossConfig, entropy_from_logits, token_log_probs
 from or1.engines import varlen
-from or1.engines.attention import use_grouped_sdpa
+from or1.engines.cpu_attention import use_grouped_sdpa
 from or1.engines.packing import packed_window, padded_window
 from or1.plan import memory
 from or1.plan.memory import Window, saved_activations
@@ -76,7 +76,7 @@ def micro_batch(rows: int = 6, prompt: int = 40, response: int = 200) -> dict[st
 
 def measured_saved_bytes(model: Qwen2ForCausalLM, window, *, checkpointing: bool) -> int:
     """Bytes autograd holds for backward after the actor's forward and loss terms (log-probs and entropy, as
-    FSDPTrainEngine._forward computes them): every distinct storage saved for backward
+    FSDPPolicyEngine._forward computes them): every distinct storage saved for backward
     (saved_tensors_hooks), plus, under activation checkpointing, the blocks' inputs the recomputation keeps;
     parameters left out."""
     params = {p.untyped_storage().data_ptr() for p in model.parameters()}
@@ -191,12 +191,12 @@ def test_saved_activations_of_a_32k_packed_micro_batch_within_10_percent(tmp_pat
 
 # ---- FSDP2 shards --------------------------------------------------------------------------------------------------------
 def _shard_rank(rank: int, world: int, init_file: str, model_dir: str, out_file: str) -> None:
-    from or1.engines.fsdp_actor import FSDPTrainEngine
+    from or1.engines.fsdp_actor import FSDPPolicyEngine
     from or1.engines.train_settings import TrainSettings
 
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.set_num_threads(1)
-    engine = FSDPTrainEngine(model_dir, TrainSettings(micro_batch_size=4))
+    engine = FSDPPolicyEngine(model_dir, TrainSettings(micro_batch_size=4))
     batch = micro_batch(rows=4, prompt=8, response=24)
     batch["advantages"] = torch.ones(4, 1).expand(4, 24).contiguous()
     from or1.hybrid.batch import Batch
@@ -216,7 +216,7 @@ def _shard_rank(rank: int, world: int, init_file: str, model_dir: str, out_file:
     engine.model(**window.inputs, use_cache=False).logits.float().mean().backward()
     grads = sum(p.grad.to_local().numel() * p.grad.element_size() for p in engine.model.parameters())
     # the reference policy (KL): the same engine, frozen, as the hybrid worker builds it
-    ref = FSDPTrainEngine(model_dir, TrainSettings(micro_batch_size=4), trainable=False)
+    ref = FSDPPolicyEngine(model_dir, TrainSettings(micro_batch_size=4), trainable=False)
     ref_bytes = sum(p.to_local().numel() * p.element_size() for p in ref.model.parameters())
     sizes = [None] * world
     dist.all_gather_object(

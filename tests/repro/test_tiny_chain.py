@@ -6,7 +6,7 @@ sampling, adaptive entropy control, online filtering, arithmetic and programs in
 - validation (every stage at the same 96-token budget, the same seeds at every validation) does not rise by
   STAGE1_MARGIN from the base to the end of stage 1 and by TOTAL_MARGIN over the whole chain, code validation by
   CODE_MARGIN over the chain, or the mean of both from the end of stage 1 to the end of stage 3 by CHAIN_MARGIN;
-- a hand-off breaks: a stage does not start from the previous stage's final model (its summary says so, and its
+- a stage starts wrong: it does not start from the previous stage's final model (its summary says so, and its
   step-0 validation equals the previous stage's last one: same weights, same seeds), stage 1 solves no prompt at
   every attempt (TRAIN_OPS makes some certain), the online filter's counts differ from the always-solved prompts in
   the earlier stages' prompt statistics, or a stage's entropy controller does not start afresh from init_coef at its
@@ -33,7 +33,7 @@ runs read the same through stage 2; their gradients differ in the last digits), 
 seeds the standard deviations are 0.8-1.6 points. The margins, +5, +8, +8 and +2 points, sit 3.3-7.6 points under
 the lowest run and 3.4-9.4 of those standard deviations under the means. A stage that does not learn reads exactly
 the validation it started from (the same weights and seeds), so each check fails then: with actor.lr=1e-12 stage 1
-reads +0.0 and the test fails; with algorithm.online_filter=false the hand-off check fails. With the code rewards of
+reads +0.0 and the test fails; with algorithm.online_filter=false the stage-start check fails. With the code rewards of
 training zeroed (OR1_REPRO_ZERO_CODE=1, seed 0) programs read 14.6% -> 15.4% (+0.8) while arithmetic still rose
 50.6% -> 64.2%, and the test failed: "the chain learned too little code". The stage 1 prompts at every attempt
 solved: 173-187, then 151-162 more in stage 2 (TRAIN_OPS).

@@ -9,7 +9,7 @@ from or1.algos.online_filter import PromptStats
 from or1.config.recipe import resolve
 from or1.data.records import prompt_key
 from or1.layout import PROMPT_STATS_FILE
-from or1.trainer.handoff import filtered_prompts
+from or1.trainer.stage_start import filtered_prompts
 
 
 def _rows(n: int) -> list[dict]:

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from or1.algos.online_filter import PromptStats
+from or1.compute.flops import training_flops
+from or1.compute.peak import DevicePeak, table_tflops
 from or1.config.schema import HealthConfig
 from or1.hybrid.batch import Batch
-from or1.plan.flops import training_flops
 from or1.plan.model import ModelShape
-from or1.plan.peak import DevicePeak, table_tflops
 from or1.trainer.step_log import PhaseTimer, progress_line
 from or1.trainer.summary import stage_summary, summary_lines
 from or1.trainer.throughput import Throughput

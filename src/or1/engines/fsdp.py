@@ -1,6 +1,6 @@
 """The training engines' shared machinery: a Hugging Face model sharded with FSDP2, its AdamW optimiser, the passes.
 
-`FSDPEngine` is what both roles build on: the policy (`fsdp_actor.FSDPTrainEngine`: log-probs, entropy, the PPO-clip
+`FSDPEngine` is what both roles build on: the policy (`fsdp_actor.FSDPPolicyEngine`: log-probs, entropy, the PPO-clip
 update) and PPO's critic (`fsdp_critic.FSDPCriticEngine`: values, the clipped value update). One engine of each role
 lives in every data-parallel rank (ActorRolloutRef and Critic workers, colocated); `train_settings` holds what they
 read from the recipe. `torch.distributed` must already be initialised (gloo on CPU; on GPU nccl for CUDA tensors and
@@ -49,7 +49,7 @@ from transformers import PreTrainedModel
 
 from or1.algos.aggregation import loss_denominators
 from or1.engines import ulysses, varlen
-from or1.engines.attention import use_grouped_sdpa
+from or1.engines.cpu_attention import use_grouped_sdpa
 from or1.engines.packing import Window, even_slices, packed_window, padded_window, token_budget_slices
 from or1.engines.train_settings import TrainSettings, fsdp_policies
 from or1.errors import UserError
@@ -67,7 +67,7 @@ OPTIMIZER_FILE = "optimizer.pt"
 class FSDPEngine:
     """An HF model under FSDP2 (each decoder layer and the root sharded) with AdamW and a warm-up schedule.
 
-    The machinery the policy (FSDPTrainEngine) and the critic (FSDPCriticEngine) share: sharding, micro-batch
+    The machinery the policy (FSDPPolicyEngine) and the critic (FSDPCriticEngine) share: sharding, micro-batch
     windows, the epochs x mini-batches x micro-batches update loop with global loss denominators, metric reduction
     over ranks, and world-size independent checkpoints.
     """

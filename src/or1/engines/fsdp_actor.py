@@ -30,7 +30,7 @@ from or1.hybrid.columns import (
 )
 
 
-class FSDPTrainEngine(FSDPEngine):
+class FSDPPolicyEngine(FSDPEngine):
     """The policy (actor, or the frozen reference when trainable=False): a causal LM under FSDP2."""
 
     def __init__(self, model_path: str | Path, settings: TrainSettings, *, trainable: bool = True):

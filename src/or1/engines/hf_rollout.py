@@ -14,7 +14,7 @@ from dataclasses import replace
 import torch
 from transformers import DynamicCache, PreTrainedModel, PreTrainedTokenizerBase
 
-from or1.engines.attention import use_grouped_sdpa
+from or1.engines.cpu_attention import use_grouped_sdpa
 from or1.engines.rollout import FinishedRow, Generations, SamplingParams, check_prompts, gather
 from or1.errors import UserError
 from or1.tokens import pad_id

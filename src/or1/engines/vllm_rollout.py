@@ -109,9 +109,9 @@ def _finished_row(index: int, sample: Any) -> FinishedRow:
 def _row_seed(sampling: SamplingParams, index: int) -> int | None:
     if sampling.row_seeds is not None:
         return sampling.row_seeds[index]
-    return None if sampling.seed is None else sample_seed(sampling.seed, index)
+    return None if sampling.seed is None else request_seed(sampling.seed, index)
 
 
-def sample_seed(seed: int, index: int) -> int:
+def request_seed(seed: int, index: int) -> int:
     """The seed of the index-th request of a call: distinct per sample, fixed by (seed, index)."""
     return zlib.crc32(f"{seed}:{index}".encode()) & 0x7FFFFFFF

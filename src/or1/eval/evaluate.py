@@ -58,7 +58,7 @@ def problem_id(index: int, row: dict[str, Any]) -> str:
     return f"{index:04d}-{hashlib.sha256(content.encode()).hexdigest()[:8]}"
 
 
-def sample_seed(seed: int, problem: str, index: int) -> int:
+def problem_sample_seed(seed: int, problem: str, index: int) -> int:
     """The seed of one sample: fixed by the run seed, the problem id and the sample index alone (SEEDING), so
     neither batching, resuming nor the replica layout changes it."""
     return zlib.crc32(f"{seed}:{problem}:{index}".encode()) & 0x7FFFFFFF
@@ -215,7 +215,7 @@ class _Job:
     ) -> None:
         self.todo, self.cache, self.sampling, self.batch = todo, cache, sampling, batch
         self.workers, self.show, self.stop = workers, show, stop
-        self.requests = [(row["prompt"], sample_seed(sampling.seed, pid, k)) for row, pid, k in todo]
+        self.requests = [(row["prompt"], problem_sample_seed(sampling.seed, pid, k)) for row, pid, k in todo]
 
     def record(self, positions: list[int], completions: list[Completion]) -> None:
         """Score the samples at `positions` of todo and append them to the cache."""

@@ -170,34 +170,33 @@ class WorkerGroup:
                 f"can be called through worker group {self.name!r}"
             )
 
+        dispatch = spec.dispatch
+
         def call(*args: Any, **kwargs: Any) -> Any:
-            return self._call(method, spec.dispatch, args, kwargs)
+            # Run `method` on every rank and collect; the first rank to fail raises WorkerError without waiting for
+            # its peers, which may be stuck (see `wait_all`).
+            self._actors.check_alive(self.name, method)
+            split = split_call(dispatch, self.world_size, args, kwargs)
+            if dispatch is Dispatch.ONE_TO_ALL:
+                # Identical arguments: store them once, every rank reads the same object.
+                shared = [ray.put(args), ray.put(kwargs)]
+                refs = [a.call.remote(self._role, method, *shared) for a in self._actors.handles]
+            else:
+                refs = [
+                    a.call.remote(self._role, method, c.args, c.kwargs)
+                    for a, c in zip(self._actors.handles, split.calls, strict=True)
+                ]
+            results = wait_all(self.name, method, refs)
+            try:
+                return collect(dispatch, results, split)
+            except ValueError as e:  # e.g. per-rank Batches whose meta disagree
+                raise ValueError(
+                    f"worker group {self.name!r}: cannot collect the results of {method}(): {e}"
+                ) from e
 
         call.__name__ = method
         call.__doc__ = getattr(self.worker_cls, method).__doc__
         return call
-
-    def _call(self, method: str, dispatch: Dispatch, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-        """Run `method` on every rank and collect; the first rank to fail raises WorkerError without waiting for
-        its peers, which may be stuck (see `wait_all`)."""
-        self._actors.check_alive(self.name, method)
-        split = split_call(dispatch, self.world_size, args, kwargs)
-        if dispatch is Dispatch.ONE_TO_ALL:
-            # Identical arguments: store them once, every rank reads the same object.
-            shared = [ray.put(args), ray.put(kwargs)]
-            refs = [a.call.remote(self._role, method, *shared) for a in self._actors.handles]
-        else:
-            refs = [
-                a.call.remote(self._role, method, c.args, c.kwargs)
-                for a, c in zip(self._actors.handles, split.calls, strict=True)
-            ]
-        results = wait_all(self.name, method, refs)
-        try:
-            return collect(dispatch, results, split)
-        except ValueError as e:  # e.g. per-rank Batches whose meta disagree
-            raise ValueError(
-                f"worker group {self.name!r}: cannot collect the results of {method}(): {e}"
-            ) from e
 
     def stream(
         self,

@@ -1,6 +1,6 @@
 """The per-GPU peak of each phase of one stage, in the order the colocated worker runs them, at two lengths.
 
-A training rank holds the FSDP2 actor and a vLLM engine that take turns with the GPU (workers/weight_handoff
+A training rank holds the FSDP2 actor and a vLLM engine that take turns with the GPU (workers/weight_sync
 `rollout_phase`): the engine wakes its weights, the actor's weights are pushed into them, the actor goes to the host
 (actor.offload), the KV cache wakes, the engine samples, then sleeps (weights to the host, KV dropped) and the
 actor comes back for the old log-probs (and, with KL, the reference policy's) and the update. A stage fits when the
@@ -12,9 +12,7 @@ rollout.expected_response_length or the previous stage's mean: `plan.lengths`). 
 fit is refused; one whose worst case alone does not fit is warned about (a step whose responses all run to the
 budget can fail). Without an expected length both are the worst case.
 
-What no term computes is named by what it stands for, per GPU in every phase: the CUDA context and NCCL's buffers
-(`CUDA_CONTEXT`, `NCCL_BUFFERS`), and, while vLLM is awake, its CUDA graphs (`CUDA_GRAPHS`), which vLLM captures
-outside its gpu_memory_utilization share.
+A phase and what no term computes: `or1.plan.phase`; vLLM's phases, colocated and separate: `or1.plan.rollout`.
 """
 
 from __future__ import annotations
@@ -28,44 +26,12 @@ from or1.plan.device import Device
 from or1.plan.host import HostNeed, host_need
 from or1.plan.memory import GIB, ShardState, Window
 from or1.plan.model import BYTES, ModelShape
+from or1.plan.phase import CUDA_CONTEXT, NCCL_BUFFERS, Phase
+from or1.plan.rollout import replica_phases, rollout_phases
 
-# The CUDA context and the kernel images loaded into it (cuBLAS, flash-attention, NCCL, vLLM's): created by the
-# driver outside PyTorch's allocator, so no allocator statistic and no term here sees it (PyTorch's "CUDA semantics"
-# notes count it apart from memory_reserved). Not measurable without a GPU: 1 GiB allowed.
-CUDA_CONTEXT = 1 * GIB
-# NCCL's communicator buffers (NCCL_BUFFSIZE, 4 MiB by default, per channel, peer and protocol, per communicator:
-# the FSDP2 world, vLLM's tensor-parallel group, Ulysses groups): allocated by NCCL itself, outside PyTorch's allocator.
-NCCL_BUFFERS = 1 * GIB
-# vLLM's CUDA graphs of the decode batch sizes, captured after it sizes its KV cache and held outside its
-# gpu_memory_utilization share while the engine is awake (vllm-project/vllm#11251); vLLM logs their size ("Graph
-# capturing finished ..., took X GiB"), and nvidia-smi with and without --enforce-eager read 2,464 MiB apart in
-# vllm-project/vllm#7553: the larger published reading.
-CUDA_GRAPHS = int(2.5 * GIB)
 # a plan above this share of the GPU fits on paper but leaves too little for what the plan does not count (allocator
 # fragmentation, the margins' guesswork): `or1 plan` and the pre-flight warn
 WARN_SHARE = 0.9
-# vLLM's offline defaults on GPUs of 70 GiB and more (engine/arg_utils), below that 8192 tokens and 256 sequences
-BATCHED_TOKENS = {True: 16384, False: 8192}
-MAX_SEQUENCES = {True: 1024, False: 256}
-
-
-@dataclass
-class Phase:
-    """One phase's per-GPU bytes, by part (worst case), and its peak at the expected lengths."""
-
-    name: str
-    parts: dict[str, int]
-    expected: int | None = (
-        None  # the peak at the expected lengths (None: no expected lengths, the worst case's)
-    )
-
-    @property
-    def peak(self) -> int:
-        return sum(self.parts.values())
-
-    @property
-    def expected_peak(self) -> int:
-        return self.peak if self.expected is None else self.expected
 
 
 @dataclass
@@ -237,9 +203,9 @@ def _phases(
     notes: list[str] = []
     problems: list[str] = []
     if r.engine == "vllm" and r.placement == "separate":
-        phases[:0], notes, problems = _replica_phases(cfg, shape, device, c)
+        phases[:0], notes, problems = replica_phases(cfg, shape, device, c)
     elif r.engine == "vllm":
-        phases[:0], notes, problems = _rollout_phases(cfg, shape, device, shards, c, ref_stays)
+        phases[:0], notes, problems = rollout_phases(cfg, shape, device, shards, c, ref_stays)
     if cfg.uses_critic:  # the critic's shards stay on the GPU beside the actor's phases
         critic = _critic_phase(cfg, shape, world, c, resident + ref_stays, lengths)
         for phase in phases:
@@ -251,123 +217,11 @@ def _phases(
     return phases, notes, problems
 
 
-def _rollout_phases(
-    cfg: RunConfig, shape: ModelShape, device: Device, shards: ShardState, c: int, ref: int
-) -> tuple[list[Phase], list[str], list[str]]:
-    """vLLM's start (beside the actor's parameters, before any offload), the weight push (engine weights awake,
-    the actor still on the GPU, one unit gathered and copied) and the generation (vLLM's share of the GPU, its
-    CUDA graphs, plus whatever of the actor and the reference (`ref`) stays there). Returns the phases, notes and
-    problems."""
-    r, a = cfg.rollout, cfg.actor
-    engine = int(r.gpu_memory_utilization * device.memory)
-    weights, workspace, kv = _engine_parts(cfg, shape, device, c)
-    host = a.fsdp_cpu_offload
-    resident = 0 if host else shards.parameters + shards.optimizer
-    unit = max(shape.root_parameters, shape.layer_parameters) * c
-    outside = {"context": CUDA_CONTEXT, "nccl": NCCL_BUFFERS}
-    start = Phase(
-        "vllm start",
-        {"actor": 0 if host else shards.parameters, "vllm": engine, "graphs": CUDA_GRAPHS, **outside},
-    )
-    push = Phase(
-        "weight push",
-        {
-            "actor": resident,
-            "ref": ref,
-            "vllm weights": weights,
-            "gathered": 2 * unit,
-            "graphs": CUDA_GRAPHS,
-            **outside,
-        },
-    )
-    generate = Phase(
-        "rollout",
-        {
-            "actor": 0 if a.offload else resident,
-            "ref": ref,
-            "vllm weights": weights,
-            "vllm workspace": workspace,
-            "kv cache": kv,
-            "graphs": CUDA_GRAPHS,
-            **outside,
-        },
-    )
-    notes, problems = _engine_check(
-        cfg, shape, kv, c, cfg.trainer.nnodes * device.count // r.tensor_parallel_size
-    )
-    return [start, push, generate], notes, problems
-
-
 def training_world(cfg: RunConfig, device: Device) -> int:
     """The training ranks: every GPU of the nodes, or under rollout.placement separate trainer.devices_per_node a
     node (the replicas have the others)."""
     per_node = cfg.trainer.devices_per_node if cfg.rollout.placement == "separate" else device.count
     return cfg.trainer.nnodes * per_node
-
-
-def _engine_parts(cfg: RunConfig, shape: ModelShape, device: Device, c: int) -> tuple[int, int, int]:
-    """One vLLM engine's per-GPU weights, workspace and KV cache (what is left of its gpu_memory_utilization share)."""
-    tp = cfg.rollout.tensor_parallel_size
-    large = device.memory >= 70 * GIB
-    weights = memory.rollout_weight_bytes(shape, tp, c)
-    workspace = memory.rollout_workspace_bytes(shape, tp, c, BATCHED_TOKENS[large], MAX_SEQUENCES[large])
-    share = int(cfg.rollout.gpu_memory_utilization * device.memory)
-    return weights, workspace, max(0, share - weights - workspace)
-
-
-def _engine_check(
-    cfg: RunConfig, shape: ModelShape, kv: int, c: int, engines: int
-) -> tuple[list[str], list[str]]:
-    """How many of an engine's sequences (the step's split over `engines`) its KV cache holds at full length, and a
-    problem when not even one (vLLM refuses to start when one max_model_len sequence does not fit its cache)."""
-    r = cfg.rollout
-    per_token = memory.kv_bytes_per_token(shape, r.tensor_parallel_size, c)
-    longest = cfg.data.max_prompt_length + max(
-        r.max_response_length, cfg.data.validation.max_response_length or 0
-    )
-    held = kv // per_token
-    sequences = math.ceil(cfg.trainer.batch_size * r.n / engines)
-    notes = [
-        f"KV cache {kv / GIB:.1f} GiB = {held:,} tokens ({per_token / 1024:.0f} KiB each): {held // longest} of "
-        f"an engine's {sequences} sequences at full length ({longest:,} tokens) at once"
-    ]
-    problems = []
-    if held < longest:
-        problems.append(
-            f"vLLM's KV cache ({kv / GIB:.1f} GiB of rollout.gpu_memory_utilization {r.gpu_memory_utilization:g}) "
-            f"cannot hold one {longest:,}-token sequence ({longest * per_token / GIB:.1f} GiB)"
-        )
-    return notes, problems
-
-
-def _replica_phases(
-    cfg: RunConfig, shape: ModelShape, device: Device, c: int
-) -> tuple[list[Phase], list[str], list[str]]:
-    """A rollout replica of the separate placement on GPUs of its own: vLLM's share of the GPU (weights, workspace,
-    KV cache) and its CUDA graphs, nothing of the actor; a problem when the placement asks for more GPUs than the
-    nodes have."""
-    r = cfg.rollout
-    weights, workspace, kv = _engine_parts(cfg, shape, device, c)
-    replica = Phase(
-        "rollout replica",
-        {
-            "vllm weights": weights,
-            "vllm workspace": workspace,
-            "kv cache": kv,
-            "graphs": CUDA_GRAPHS,
-            "context": CUDA_CONTEXT,
-            "nccl": NCCL_BUFFERS,
-        },
-    )
-    notes, problems = _engine_check(cfg, shape, kv, c, r.replicas)
-    needed = cfg.trainer.nnodes * cfg.trainer.devices_per_node + r.replicas * r.tensor_parallel_size
-    if needed > cfg.trainer.nnodes * device.count:
-        problems.append(
-            f"the separate placement needs {needed} GPUs (trainer.devices_per_node {cfg.trainer.devices_per_node} "
-            f"x {cfg.trainer.nnodes} node(s) + rollout.replicas {r.replicas} x TP {r.tensor_parallel_size}), the "
-            f"nodes have {cfg.trainer.nnodes * device.count}"
-        )
-    return [replica], notes, problems
 
 
 def _critic_phase(

@@ -36,7 +36,7 @@ def _format_of(path: Path, role: str) -> str:
     return fmt
 
 
-def read_rows(path: Path, warnings: list[str] | None = None) -> list[dict[str, Any]]:
+def read_score_input(path: Path, warnings: list[str] | None = None) -> list[dict[str, Any]]:
     """The rows of a jsonl or parquet file, as dicts. Raises UserError for a missing or unreadable file.
 
     Lines of a jsonl file that are not valid UTF-8 are decoded with replacement characters; each is reported in
@@ -175,7 +175,7 @@ def score_file(
             "stays intact if scoring stops"
         )
     warnings: list[str] = []
-    rows = read_rows(input_path, warnings)
+    rows = read_score_input(input_path, warnings)
     if not rows:
         raise UserError(f"0 rows in {input_path}; nothing to score.")
     started = time.perf_counter()

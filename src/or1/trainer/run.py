@@ -3,7 +3,7 @@
 A stage takes its resolved config (`or1.trainer.launch` resolves each once), passes the checks that need the
 previous stage's results (`or1.preflight.check_runnable`), applies the resume rules (`resume`), trains in the running
 Ray (`session`), restarted from the latest checkpoint when a worker process dies, and writes its summary and the
-run's report. Run folder names: `or1.layout`; what a stage hands the next: `handoff`.
+run's report. Run folder names: `or1.layout`; what a stage starts from: `stage_start`.
 """
 
 from __future__ import annotations
@@ -22,11 +22,11 @@ from or1.layout import CONFIG_FILE, FINAL_CRITIC_DIR, FINAL_DIR, finished_model,
 from or1.preflight import check_runnable
 from or1.report import refresh_report
 from or1.stop import StopFlag
-from or1.trainer.handoff import critic_start
 from or1.trainer.loop import Trainer
 from or1.trainer.request import TrainRequest
 from or1.trainer.resume import check_config_unchanged, has_results
-from or1.trainer.stage_session import StageStart, train_in_session
+from or1.trainer.stage_session import train_in_session
+from or1.trainer.stage_start import StageStart, critic_start
 from or1.trainer.summary import stage_summary, summary_lines, write_summary
 
 

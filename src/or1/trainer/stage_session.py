@@ -25,12 +25,12 @@ from or1.stop import StopFlag
 from or1.tokens import load_tokenizer
 from or1.trainer.checkpoint import CheckpointManager
 from or1.trainer.colocated import Colocated
-from or1.trainer.handoff import filtered_prompts
 from or1.trainer.loop import Trainer, restore, train
 from or1.trainer.placement import RolloutPlacement
 from or1.trainer.prompt_loader import PromptLoader
 from or1.trainer.separate import Separate
 from or1.trainer.skipped import SkippedSteps
+from or1.trainer.stage_start import StageStart, filtered_prompts
 from or1.trainer.step_log import MetricsLogger
 from or1.trainer.step_sampler import ConsumedLoader, StepSampler
 from or1.trainer.throughput import Throughput
@@ -38,16 +38,6 @@ from or1.trainer.validation import ValidationSet, load_validation_sets
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
 from or1.workers.critic import CriticWorker
 from or1.workers.rollout_worker import RolloutWorker
-
-
-@dataclass(frozen=True)
-class StageStart:
-    """What one stage starts from: its resolved config, its folder, and the model (and critic) it loads."""
-
-    cfg: RunConfig
-    stage_dir: Path
-    model_path: str
-    critic_path: str | None  # GAE only: the critic's start folder
 
 
 def train_in_session(

@@ -1,9 +1,9 @@
 """How fast a step went: tokens per second of generation and of the update (in all and per device), each phase's
 share of the step, and the update's model FLOPs utilisation (MFU), under perf/ in every step's metrics.
 
-The update's FLOPs are model FLOPs from the architecture (`or1.plan.flops`: forward + backward over each trained
+The update's FLOPs are model FLOPs from the architecture (`or1.compute.flops`: forward + backward over each trained
 sequence, causal attention per sequence, the output head at the response positions; ppo_epochs passes; activation
-checkpointing's recompute and the old-log-prob pass left out), over the training ranks' peak (`or1.plan.peak`,
+checkpointing's recompute and the old-log-prob pass left out), over the training ranks' peak (`or1.compute.peak`,
 measured once per stage by the ranks). The devices are the training world size.
 """
 
@@ -12,13 +12,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from or1.compute.flops import training_flops
+from or1.compute.peak import DevicePeak
 from or1.config.schema import RunConfig
 from or1.errors import UserError
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import ATTENTION_MASK, RESPONSES
-from or1.plan.flops import training_flops
 from or1.plan.model import ModelShape, read_model_shape
-from or1.plan.peak import DevicePeak
 from or1.run_metrics import (
     GENERATE_TOKENS_PER_S,
     PEAK_TFLOPS_PER_DEVICE,

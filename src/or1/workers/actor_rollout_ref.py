@@ -2,7 +2,7 @@
 
 One instance per data-parallel rank, all three roles in the same process so weights move from training to sampling
 in memory: before a generation that follows an update, the rollout engine (`rollout.engine`: the HF loop or vLLM)
-receives the actor's weights, and on a GPU the two take turns with the device's memory (`weight_handoff`). The
+receives the actor's weights, and on a GPU the two take turns with the device's memory (`weight_sync`). The
 controller calls the @register methods through a WorkerGroup; DP_COMPUTE methods see only this rank's share.
 
 `stream_sequences` / `generate_sequences` (`rollout_worker.RolloutRole`) sample what the controller's SamplingRequest
@@ -19,6 +19,7 @@ import ray
 import torch
 
 from or1.algos.losses import LossConfig
+from or1.compute.peak import DevicePeak, device_peak
 from or1.config.schema import RunConfig
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import (
@@ -35,11 +36,10 @@ from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker import Worker
 from or1.layout import CHECKPOINT_MODEL_DIR, rank_rng_file
-from or1.plan.peak import DevicePeak, device_peak
 from or1.rng import ProcessRNG
 from or1.tokens import load_tokenizer
 from or1.workers.rollout_worker import RolloutRole
-from or1.workers.weight_handoff import WeightHandoff, actor_probe, tolerance
+from or1.workers.weight_sync import WeightSync, actor_probe, tolerance
 
 
 class ActorRolloutRefWorker(RolloutRole, Worker):
@@ -60,19 +60,19 @@ class ActorRolloutRefWorker(RolloutRole, Worker):
         """Load tokenizer, FSDP2 actor, the rollout engine and (KL only) the reference policy."""
         # Imported here, in the rank's process: the controller imports this class only to dispatch to it, and the
         # training stack (FSDP2, transformers' model classes) costs seconds of CPU at start-up.
-        from or1.engines.fsdp_actor import FSDPTrainEngine
+        from or1.engines.fsdp_actor import FSDPPolicyEngine
         from or1.engines.train_settings import TrainSettings
 
         torch.manual_seed(self.cfg.trainer.seed + self.rank)
         settings = TrainSettings.from_config(self.cfg, device=str(self.device))
         self.tokenizer = load_tokenizer(self.model_path)
-        self.actor = FSDPTrainEngine(self.model_path, settings)
+        self.actor = FSDPPolicyEngine(self.model_path, settings)
         r = self.cfg.rollout
         rollout_dtype = r.dtype or settings.compute_dtype
         self.probe_tolerance = tolerance(r.weight_sync_tolerance, rollout_dtype, settings.compute_dtype)
         if r.placement == "colocated":
             self.rollout = self._build_rollout(self.model_path, rollout_dtype)
-            self.handoff = WeightHandoff(
+            self.weight_sync = WeightSync(
                 self.actor,
                 self.rollout,
                 self.tokenizer,
@@ -82,11 +82,11 @@ class ActorRolloutRefWorker(RolloutRole, Worker):
         self.weights_version = 0  # the actor's: one more at every change (the rollout starts on version 0)
         self.step = 0  # the training step of the latest generation (validation samples after it)
         kl = self.cfg.algorithm.kl
-        self.ref = FSDPTrainEngine(self.model_path, settings, trainable=False) if kl.enabled else None
+        self.ref = FSDPPolicyEngine(self.model_path, settings, trainable=False) if kl.enabled else None
         if self.ref is not None:
             self.ref.offload()  # needed only for its own pass (actor.offload)
         if r.placement == "colocated":
-            self.rollout.sleep()  # the actor holds the GPU outside handoff.rollout_phase
+            self.rollout.sleep()  # the actor holds the GPU outside weight_sync.rollout_phase
         return {"rank": self.rank, "parameters": sum(p.numel() for p in self.actor.model.parameters())}
 
     def _sampling_phase(self, request: SamplingRequest) -> AbstractContextManager[Any]:
@@ -95,7 +95,7 @@ class ActorRolloutRefWorker(RolloutRole, Worker):
         if request.step is not None:
             self.step, self.policy_version = request.step, request.step - 1
         where = f"step {self.step}" if request.step is not None else f"validation after step {self.step}"
-        return self.handoff.rollout_phase(self.weights_version, where)
+        return self.weight_sync.rollout_phase(self.weights_version, where)
 
     @register(Dispatch.ONE_TO_ALL)
     def publish_weights(self) -> tuple[ray.ObjectRef, tuple[list[int], list[float], float] | None] | None:

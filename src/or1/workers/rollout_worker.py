@@ -31,7 +31,7 @@ from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker import Worker
 from or1.tokens import load_tokenizer
 from or1.workers.rollout_rows import FinishedRows
-from or1.workers.weight_handoff import check_push
+from or1.workers.weight_sync import check_push
 
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase

@@ -21,7 +21,7 @@ from or1.hybrid.worker_group import colocate
 from or1.tokens import load_tokenizer
 from or1.trainer.prompt_loader import PromptLoader
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
-from or1.workers.weight_handoff import FLOAT32_TOLERANCE, HALF_TOLERANCE, check_push, tolerance
+from or1.workers.weight_sync import FLOAT32_TOLERANCE, HALF_TOLERANCE, check_push, tolerance
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 
@@ -32,7 +32,7 @@ class BrokenPushWorker(ActorRolloutRefWorker):
     @register(Dispatch.ONE_TO_ALL)
     def init_model(self):
         loaded = super().init_model()
-        self.handoff.push_weights = lambda: None
+        self.weight_sync.push_weights = lambda: None
         return loaded
 
 

@@ -5,16 +5,16 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_memory import CONFIG  # the plan tests' small Qwen2
 from torch.utils import flop_counter
 from transformers import Qwen2Config, Qwen2ForCausalLM
 
 from or1.algos.losses import token_log_probs
+from or1.compute.flops import forward_flops, training_flops
 from or1.engines import varlen
 from or1.engines.packing import packed_window
-from or1.plan.flops import forward_flops, training_flops
 from or1.plan.model import ModelShape
 from or1.workers.rollout_rows import pack_sequences
+from plan.test_memory import CONFIG  # the plan tests' small Qwen2
 
 SHAPE = ModelShape.from_config(CONFIG)
 aten = torch.ops.aten

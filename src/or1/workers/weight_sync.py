@@ -1,6 +1,6 @@
 """The GPU hand-off between a rank's actor and its colocated rollout engine, and the weights push with its self-test.
 
-The actor and the rollout engine take turns with the device's memory (`WeightHandoff.rollout_phase`): wake the
+The actor and the rollout engine take turns with the device's memory (`WeightSync.rollout_phase`): wake the
 rollout's weights, push the actor's weights when they changed, offload the actor (actor.offload), wake the rollout's
 KV cache, generate, put the rollout to sleep, onload the actor. On the CPU every one of those calls is a no-op. The
 push streams the actor's weights into the engine in memory, layer by layer
@@ -26,7 +26,7 @@ from or1.workers.rollout_rows import pack_sequences
 if TYPE_CHECKING:
     from transformers import PreTrainedTokenizerBase
 
-    from or1.engines.fsdp_actor import FSDPTrainEngine
+    from or1.engines.fsdp_actor import FSDPPolicyEngine
     from or1.engines.rollout import RolloutEngine
 
 # A fixed text whose tokens both sides score: any tokenizer encodes it, and it is short (one tiny forward).
@@ -35,7 +35,7 @@ FLOAT32_TOLERANCE = 1e-3  # both sides float32: different kernels agree to ~1e-5
 HALF_TOLERANCE = 0.1  # a 16-bit side: rounding and kernels differ by ~1e-2 per token on average
 
 
-class WeightHandoff:
+class WeightSync:
     """Which of a rank's actor and rollout engine holds the GPU, and which weights the engine holds.
 
     The engine starts from the actor's folder (weights version 0); the worker counts the actor's weight changes and
@@ -44,7 +44,7 @@ class WeightHandoff:
 
     def __init__(
         self,
-        actor: FSDPTrainEngine,
+        actor: FSDPPolicyEngine,
         rollout: RolloutEngine,
         tokenizer: PreTrainedTokenizerBase,
         *,
@@ -85,7 +85,7 @@ class WeightHandoff:
 
 
 def actor_probe(
-    actor: FSDPTrainEngine, tokenizer: PreTrainedTokenizerBase, pad_id: int
+    actor: FSDPPolicyEngine, tokenizer: PreTrainedTokenizerBase, pad_id: int
 ) -> tuple[list[int], list[float]]:
     """The probe's token ids and the actor's log-probs of all but the first, at temperature 1 (collective)."""
     ids = tokenizer(PROBE_TEXT, add_special_tokens=False)["input_ids"]

@@ -9,7 +9,7 @@ import torch
 from test_fsdp_engine import make_batch
 
 from or1.data.synthetic import math_validation_rows
-from or1.engines.attention import GROUPED_SDPA, use_grouped_sdpa
+from or1.engines.cpu_attention import GROUPED_SDPA, use_grouped_sdpa
 from or1.engines.hf_rollout import HFRolloutEngine
 from or1.engines.loading import load_causal_lm
 from or1.engines.packing import packed_window, padded_window

@@ -1,9 +1,10 @@
-"""What one stage hands the next: stage N > 1 starts from stage N-1's final model (checked in
+"""What a stage starts from: stage N > 1 starts from stage N-1's final model (checked in
 `or1.preflight.check_runnable`) and final critic, and trains only on the prompts no earlier stage always solved
 (algorithm.online_filter, from each stage's prompt_stats.parquet)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
 
 from rich.console import Console
@@ -14,6 +15,16 @@ from or1.data.records import prompt_key
 from or1.data.rows import read_rows
 from or1.errors import UserError
 from or1.layout import PROMPT_STATS_FILE, finished_critic, stage_directory
+
+
+@dataclass(frozen=True)
+class StageStart:
+    """What one stage starts from: its resolved config, its folder, and the model (and critic) it loads."""
+
+    cfg: RunConfig
+    stage_dir: Path
+    model_path: str
+    critic_path: str | None  # GAE only: the critic's start folder
 
 
 def critic_start(cfg: RunConfig, run_dir: Path, model_path: str) -> str:

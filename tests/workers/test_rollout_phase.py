@@ -14,7 +14,7 @@ from or1.engines.rollout import FinishedRow
 from or1.hybrid.batch import Batch
 from or1.hybrid.sampling import SamplingRequest
 from or1.workers.actor_rollout_ref import ActorRolloutRefWorker
-from or1.workers.weight_handoff import WeightHandoff
+from or1.workers.weight_sync import WeightSync
 
 
 class FakeActor:
@@ -66,8 +66,8 @@ def worker(calls: list[str], *, stale: bool, fail: bool = False) -> ActorRollout
     w = ActorRolloutRefWorker.__new__(ActorRolloutRefWorker)  # no process group, no models: only the hand-off
     w.cfg = CFG
     w.actor, w.rollout, w.tokenizer = FakeActor(calls), FakeRollout(calls, fail), FakeTokenizer()
-    # the push self-test has its own tests (test_weight_handoff.py); these fakes only record the hand-off order
-    w.handoff = WeightHandoff(w.actor, w.rollout, w.tokenizer, check=False, tolerance=0.0)
+    # the push self-test has its own tests (test_weight_sync.py); these fakes only record the hand-off order
+    w.weight_sync = WeightSync(w.actor, w.rollout, w.tokenizer, check=False, tolerance=0.0)
     w.tp_group, w.tp_index = None, 0
     w.weights_version = 1 if stale else 0  # the engine holds version 0
     return w
