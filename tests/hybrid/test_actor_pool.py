@@ -11,7 +11,11 @@ import pytest
 from or1.hybrid.actor_pool import Member, RestartBudget, first_results, last_line, least_loaded, replace
 
 SRC = Path(__file__).resolve().parents[2] / "src" / "or1"
-OWNERS = [SRC / "scoring" / "cluster_placement.py", SRC / "eval" / "replicas.py", SRC / "trainer" / "separate.py"]
+OWNERS = [
+    SRC / "scoring" / "cluster_placement.py",
+    SRC / "eval" / "replicas.py",
+    SRC / "trainer" / "separate.py",
+]
 
 
 def test_deals_to_the_least_loaded_member_with_room() -> None:
@@ -54,7 +58,9 @@ def test_a_failure_is_named_by_its_last_line() -> None:
 def _own_scheduling(path: Path) -> list[str]:
     """What a module does itself that the pool does: a last_line helper, a least-loaded pick, a restart count."""
     tree = ast.parse(path.read_text())
-    found = [f"def {n.name}" for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and "last_line" in n.name]
+    found = [
+        f"def {n.name}" for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and "last_line" in n.name
+    ]
     for node in ast.walk(tree):
         text = ast.unparse(node)
         if isinstance(node, ast.Call) and ast.unparse(node.func) in ("min", "max") and "outstanding" in text:

@@ -11,28 +11,33 @@ sampling, adaptive entropy control, online filtering, arithmetic and programs in
   every attempt (TRAIN_OPS makes some certain), the online filter's counts differ from the always-solved prompts in
   the earlier stages' prompt statistics, or a stage's entropy controller does not start afresh from init_coef at its
   own target, or the coefficient never moves;
-- a run-health advisory (or1.health) fires on this healthy run;
+- a run-health advisory (or1.health) on what the run learns fires on this healthy run (the rules on wall-clock
+  seconds read the machine's other work, not the run: left out);
 - a figure of `or1 report` is missing.
 
 The margins hold on any trajectory, not one machine's: torch picks other CPU kernels on other processors (AVX2,
 AVX-512), so the RL steps end in another model there. The base does not: it is shipped, the same bits everywhere
-(built on each machine, an Intel Xeon's base read 24.0% here and its stage 1 gained +3.8). Measured on one AMD EPYC with `python tests/repro/spread.py`
-(torch's own AVX-512 kernels with trainer seeds 0-2, ATEN_CPU_CAPABILITY=avx2 and =default with seed 0; one base),
-arithmetic avg@16 and programs avg@8, in %:
+(built on each machine, an Intel Xeon's base read 24.0% here and its stage 1 gained +3.8). Measured with
+`python tests/repro/spread.py` on two AMD EPYC machines, one with AVX-512 (torch's own kernels with trainer seeds
+0-2, ATEN_CPU_CAPABILITY=avx2 and =default with seed 0) and one with AVX2 only (its own kernels with seeds 0-1,
+=default with seed 0), arithmetic avg@16 and programs avg@8, in %:
 
-    kernel    seed  arithmetic: base  stage 1  stage 2  stage 3   programs: base  stage 1  stage 2  stage 3
-    AVX-512   0                 50.6  61.0     63.7     64.8                14.6  21.5     27.3     31.4
-    AVX-512   1                 50.7  62.9     62.8     63.6                15.9  21.6     27.3     31.5
-    AVX-512   2                 51.2  60.2     61.9     64.0                14.6  21.1     29.4     32.0
-    avx2      0                 50.6  61.0     63.7     65.1                14.6  21.5     27.3     31.0
-    default   0                 50.6  61.0     63.7     65.2                14.6  21.5     27.3     31.6
+    CPU, kernel        seed  arithmetic: base  stage 1  stage 2  stage 3   programs: base  stage 1  stage 2  stage 3
+    AVX-512, own       0                 50.6  61.0     63.7     64.8                14.6  21.5     27.3     31.4
+    AVX-512, own       1                 50.7  62.9     62.8     63.6                15.9  21.6     27.3     31.5
+    AVX-512, own       2                 51.2  60.2     61.9     64.0                14.6  21.1     29.4     32.0
+    AVX-512, avx2      0                 50.6  61.0     63.7     65.1                14.6  21.5     27.3     31.0
+    AVX-512, default   0                 50.6  61.0     63.7     65.2                14.6  21.5     27.3     31.6
+    AVX2, own          0                 50.6  61.0     63.7     65.1                14.6  21.5     27.3     31.0
+    AVX2, own          1                 50.7  62.9     62.8     63.5                15.9  21.6     27.3     30.1
+    AVX2, default      0                 50.6  61.0     63.7     65.2                14.6  21.5     27.3     31.6
 
-Gains, mean (lowest): arithmetic stage 1 +10.5 (+9.0), the chain +13.8 (+12.8); programs over the chain +16.6
-(+15.6); stages 2-3, the mean of both abilities, +6.7 (+5.3). The kernels part the runs only late (the three seed-0
-runs read the same through stage 2; their gradients differ in the last digits), the seeds from the start: over the
-seeds the standard deviations are 0.8-1.6 points. The margins, +5, +8, +8 and +2 points, sit 3.3-7.6 points under
-the lowest run and 3.4-9.4 of those standard deviations under the means. A stage that does not learn reads exactly
-the validation it started from (the same weights and seeds), so each check fails then: with actor.lr=1e-12 stage 1
+Gains, mean (lowest) over the eight: arithmetic stage 1 +10.7 (+9.0), the chain +13.9 (+12.8); programs over the
+chain +16.4 (+14.2); stages 2-3, the mean of both abilities, +6.5 (+4.55). The kernels part the runs only late (the
+seed-0 runs read the same through stage 2 on both machines; their gradients differ in the last digits), the seeds
+from the start: over the seeds the standard deviations are 0.8-1.6 points. The margins, +5, +8, +8 and +2 points,
+sit 2.55-6.2 points under the lowest run. No Intel Xeon run from the shipped base is in the table yet. A stage
+that does not learn reads exactly the validation it started from (the same weights and seeds), so each check fails then: with actor.lr=1e-12 stage 1
 reads +0.0 and the test fails; with algorithm.online_filter=false the stage-start check fails. With the code rewards of
 training zeroed (OR1_REPRO_ZERO_CODE=1, seed 0) programs read 14.6% -> 15.4% (+0.8) while arithmetic still rose
 50.6% -> 64.2%, and the test failed: "the chain learned too little code". The stage 1 prompts at every attempt
@@ -90,6 +95,7 @@ CODE_TRAIN_PROMPTS = 400
 TRAIN_PROMPTS = 800
 TRAIN_OPS = (2, 3, 4, 5, 6)
 SEED = int(os.environ.get("OR1_REPRO_SEED", "0"))  # trainer.seed: the sampling and the data order
+WALL_CLOCK_RULES = ("throughput", "reward_time")  # or1.health's rules on seconds and rates
 FIGURES = ("validation", "reward", "response_length", "truncation", "entropy", "rejection", "step_time")
 ENV = {**os.environ, "COLUMNS": "1000"}  # rich wraps console lines at 80 columns off a terminal
 
@@ -236,9 +242,12 @@ def check_chain(run: Path) -> dict:
     rose = max(r.get("entropy/coef", 0.0) for stage in (1, 2, 3) for r in logs[stage])
     assert rose > 0.0, "the entropy coefficient never rose: the controller did not act"
 
-    # Run health: a healthy chain fires no advisory under or1.health's default thresholds.
+    # Run health: a healthy chain fires no advisory on what it learns under or1.health's default thresholds. The
+    # rules on wall-clock seconds read the machine, not the run (with another job beside it, one run otherwise the
+    # same as a passing one fired "throughput" at stage 1's step 34), so they are left out here.
     for stage in (1, 2, 3):
-        assert summaries[stage]["advisories"] == [], f"stage {stage}: {summaries[stage]['advisories']}"
+        fired = [a for a in summaries[stage]["advisories"] if a["rule"] not in WALL_CLOCK_RULES]
+        assert fired == [], f"stage {stage}: {fired}"
 
     # The report, written by the chain's last stage: every figure of a finished GRPO run.
     for name in (*FIGURES, "online_filter", "overview"):
