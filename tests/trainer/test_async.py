@@ -1,4 +1,4 @@
-"""Asynchronous RL on the separate placement (trainer/placement.Separate): the staleness bound under a slow trainer and
+"""Asynchronous RL on the separate placement (trainer/separate.Separate): the staleness bound under a slow trainer and
 a slow rollout, the recipe checks, and, through `or1 train`, a resume and a rollout replica killed mid-generation, each
 ending exactly where an uninterrupted asynchronous run ends."""
 
