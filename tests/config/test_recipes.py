@@ -228,6 +228,7 @@ GPU_RECIPES = sorted(
 
 def test_every_gpu_recipe_is_known():
     assert GPU_RECIPES == [
+        "or1-1.5b-1gpu",
         "or1-32b",
         "or1-32b-preview",
         "or1-7b",

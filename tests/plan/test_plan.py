@@ -61,6 +61,7 @@ DECLARED = {
     "or1-32b": ("qwen2-32b", 80),
     "or1-32b-preview": ("qwen2-32b", 80),
     "tiny-gpu": ("or1-tiny", 139),
+    "or1-1.5b-1gpu": ("qwen2-1.5b", 80),
 }
 MARGIN = 0.9  # the GPU-only terms (CUDA sdpa, vLLM's workspace) are estimates until a GPU run checks them
 # The schema's memory settings: 8 padded full-length sequences per micro-batch, no checkpointing, state on the GPU.
