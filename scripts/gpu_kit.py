@@ -111,7 +111,9 @@ def download(spec: str, python: str, dest: Path) -> Path:
     new = sorted(set(dest.iterdir()) - before)
     if done.returncode != 0 or len(new) != 1:
         errors = [line for line in done.stderr.splitlines() if line.startswith("ERROR")] or ["pip failed"]
-        raise SystemExit(f"gpu_kit: no wheel of {spec} for CPython {python} on x86_64 Linux: {errors[0]}")
+        # pip lists every version PyPI has: too long for one line
+        why = re.sub(r" \(from versions: .*\)$", "", errors[0])
+        raise SystemExit(f"gpu_kit: no wheel of {spec} for CPython {python} on x86_64 Linux: {why}")
     return new[0]
 
 
