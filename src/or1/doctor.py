@@ -28,10 +28,15 @@ def _version(module: str) -> str | None:
         return None
 
 
+NO_BWRAP = "not installed"
+# The tiny recipes without their code rows: what a machine without bubblewrap can still train and validate.
+MATH_ONLY = "--set data.train_files=[tiny/data/train.parquet] --set data.validation.sets=[tiny/data/validation.parquet]"
+
+
 def _bwrap_works() -> tuple[bool, str]:
-    path = shutil.which("bwrap")
+    path = shutil.which("bwrap")  # the sandbox finds it the same way (or1.sandbox.local.bwrap_path)
     if not path:
-        return False, "not installed"
+        return False, NO_BWRAP
     probe = subprocess.run(
         [path, "--ro-bind", "/", "/", "--unshare-all", "--die-with-parent", "true"],
         capture_output=True,
@@ -110,6 +115,18 @@ def run_checks() -> list[Check]:
         )
     )
     return checks
+
+
+def notes(checks: list[Check]) -> list[str]:
+    """Lines printed between the table and the verdict: what a missing piece means for a first run, and its fix."""
+    bwrap = next((check for check in checks if check.name == "bubblewrap"), None)
+    if bwrap is None or bwrap.found != NO_BWRAP:
+        return []
+    return [
+        "no bubblewrap: code rewards cannot run in the local sandbox; install it (apt-get install bubblewrap, or "
+        "the GPU kit's install.sh from scripts/gpu_kit.py carries it), or run a tiny recipe math-only: "
+        + MATH_ONLY
+    ]
 
 
 def verdict(checks: list[Check]) -> str:

@@ -159,6 +159,7 @@ def test_sleep_and_wake_are_safe_without_sleep_mode(engine, prompts):
 
 
 @pytest.mark.gpu
+@pytest.mark.vllm
 def test_sleep_frees_gpu_memory_and_wake_up_restores_the_engine(model_dir, prompts):
     if not torch.cuda.is_available():
         pytest.skip("needs a CUDA GPU")

@@ -15,7 +15,7 @@ from or1.errors import UserError
 @app.command(cls=Command, epilog=examples("or1 doctor"))
 def doctor() -> None:
     """What this machine can run: Python, torch, CUDA, vLLM, Ray, bubblewrap, Docker, and a verdict."""
-    from or1.doctor import run_checks, verdict
+    from or1.doctor import notes, run_checks, verdict
 
     checks = run_checks()
     table = Table("component", "status", "found", "what it is for")
@@ -28,7 +28,8 @@ def doctor() -> None:
         )
     console = Console()
     console.print(table)
-    console.print(verdict(checks), markup=False, highlight=False, soft_wrap=True)
+    for line in [*notes(checks), verdict(checks)]:
+        console.print(line, markup=False, highlight=False, soft_wrap=True)
 
 
 @sandbox_app.command(
