@@ -58,7 +58,7 @@ STEPS, INTERRUPT_AFTER, STAGE2_STEPS = 6, 3, 2
 CUDA_TOLERANCE = {"rel": 0.05, "abs": 0.02}  # |a - b| <= rel * max(|a|, |b|) + abs, per value
 CUDA_SAME_RESPONSES = 0.9
 JUNIT_COUNTS = ("tests", "failures", "errors", "skipped")
-KIT_MODULES = ["ray", "pydantic", "math_verify", "datasets", "datasketch", "jsonschema"]
+KIT_MODULES = ["ray", "pydantic", "math_verify", "datasets", "datasketch", "jsonschema", "pytest"]
 
 
 class Overrun(Exception):
@@ -130,8 +130,9 @@ def kit(section: Section, cpu: bool) -> None:
     env = ENV
     if cpu:
         kit_dir, site = section.out / "kit", section.out / "site"
-        section.run([sys.executable, "scripts/gpu_kit.py", "--out", str(kit_dir)])
-        section.run(["bash", str(kit_dir / "install.sh"), str(site)])
+        python = f"{sys.version_info.major}.{sys.version_info.minor}"  # the kit for this Python: install.sh checks
+        section.run([sys.executable, "scripts/gpu_kit.py", "--python", python, "--out", str(kit_dir)])
+        section.run(["bash", str(kit_dir / "install.sh"), str(site)], env={**ENV, "PYTHON": sys.executable})
         env = {**ENV, "PYTHONPATH": f"{site}:{ROOT / 'src'}"}
         section.result["kit_mib"] = round(
             sum(f.stat().st_size for f in kit_dir.rglob("*") if f.is_file()) / 2**20, 1

@@ -63,6 +63,12 @@ MISSING = (
     "datasketch",
     # the docker sandbox backend
     "docker",
+    # the prepared check's `pytest -m gpu` (bench/gpu_e2e.py); pyproject's `timeout` is pytest-timeout's
+    "pytest",
+    "pluggy",
+    "iniconfig",
+    "pytest-timeout",
+    "packaging",  # pytest wants >= 24
 )
 # Any glibc from 2.17 to 2.28: pip takes a manylinux tag literally, so the older ones are listed too.
 PLATFORMS = [f"manylinux_2_{minor}_x86_64" for minor in range(28, 16, -1)] + [
