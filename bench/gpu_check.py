@@ -39,6 +39,7 @@ import itertools
 import json
 import math
 import os
+import shutil
 import socket
 import statistics
 import subprocess
@@ -566,8 +567,9 @@ def run_matrix(cases: list[Case], args: argparse.Namespace, folder: Path, out) -
     on_gpu, work = not args.dry_run, DRY_WORK if args.dry_run else GPU_WORK
     deadline = time.time() + args.budget_s if args.budget_s is not None else math.inf
     rows = []
-    for _, group in itertools.groupby(cases, key=lambda c: (c.shape, c.checkpointing)):
-        pending = list(group)
+    groups = [list(g) for _, g in itertools.groupby(cases, key=lambda c: (c.shape, c.checkpointing))]
+    for i, pending in enumerate(groups):
+        shape = pending[0].shape
         while pending:
             if time.time() >= deadline:  # not even a process start for them
                 got, status = [{"status": "skipped: budget"}] * len(pending), None
@@ -579,6 +581,8 @@ def run_matrix(cases: list[Case], args: argparse.Namespace, folder: Path, out) -
                 out.write(json.dumps(rows[-1]) + "\n")
                 out.flush()
             pending = pending[len(got) :]
+        if all(c.shape != shape for later in groups[i + 1 :] for c in later):
+            shutil.rmtree(folder / shape, ignore_errors=True)  # the 7B's folder alone is 15 GB of the disk
     return rows
 
 
@@ -590,13 +594,12 @@ def print_table(rows: list[dict]) -> None:
         measured, planned, ratio = (r.get(f"{phase}_{k}") for k in ("peak_gib", "plan_gib", "ratio"))
         return f"{num(measured, '.2f')} / {num(planned, '.2f')} ({num(ratio, '.2f')})"
 
-    for r in rows:
-        if "parameters" in r:
-            print(
-                f"{r['shape']}: {r['parameters'] / 1e6:,.0f}M params on {r['device']}, packed attention: "
-                f"{r['packed_attention']}"
-            )
-            break
+    described = {r["shape"]: r for r in rows if "parameters" in r}
+    for shape, r in described.items():
+        print(
+            f"{shape}: {r['parameters'] / 1e6:,.1f}M params on {r['device']}, packed attention: "
+            f"{r['packed_attention']}"
+        )
     print(
         "| shape | phase | response | checkpointing | status | log-probs tok/s | MFU | peak / plan GiB (ratio) "
         "| update tok/s | TFLOP/s | MFU | peak / plan GiB (ratio) |"
