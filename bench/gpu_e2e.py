@@ -130,7 +130,9 @@ def kit(section: Section, cpu: bool) -> None:
     env = ENV
     if cpu:
         kit_dir, site = section.out / "kit", section.out / "site"
-        python = f"{sys.version_info.major}.{sys.version_info.minor}"  # the kit for this Python: install.sh checks
+        python = (
+            f"{sys.version_info.major}.{sys.version_info.minor}"  # the kit for this Python: install.sh checks
+        )
         section.run([sys.executable, "scripts/gpu_kit.py", "--python", python, "--out", str(kit_dir)])
         section.run(["bash", str(kit_dir / "install.sh"), str(site)], env={**ENV, "PYTHON": sys.executable})
         env = {**ENV, "PYTHONPATH": f"{site}:{ROOT / 'src'}"}
@@ -270,16 +272,25 @@ def evaluate(section: Section, cpu: bool) -> None:
     section.run([*OR1, "report", str(run_dir)])
     if not (run_dir / "report.md").is_file():
         raise Failed("or1 report wrote no report.md")
-    avg = next(v for k, v in summary["metrics"].items() if k.startswith("avg@"))
-    section.result.update(
-        avg=avg if isinstance(avg, float) else avg.get("value"), engine_build=summary["engine_build"]
-    )
+    metrics = summary["metrics"]
+    avg = metrics["estimates"][f"avg@{metrics['samples_per_problem']}"]["value"]
+    build = summary["engine_build"]
+    section.result.update(avg=round(avg, 4), engine=f"{build['name']} {build['dtype']} ({build['version']})")
 
 
 def shapes(section: Section, cpu: bool) -> None:
     rows = section.out / "shapes.jsonl"
     budget = max(int(section.remaining()) - 20, 1)  # leave time to write the rows after the last case
-    cmd = [sys.executable, "bench/gpu_check.py", "--out", str(rows), "--budget-s", str(budget)]
+    cmd = [
+        sys.executable,
+        "bench/gpu_check.py",
+        "--out",
+        str(rows),
+        "--budget-s",
+        str(budget),
+        "--timeout",
+        str(budget),
+    ]
     section.run(cmd + (["--dry-run"] if cpu else []))
     cases = [json.loads(line) for line in rows.read_text().splitlines() if line.strip()]
     section.result.update(
