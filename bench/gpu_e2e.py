@@ -47,10 +47,10 @@ ROOT = Path(__file__).resolve().parents[1]
 OR1 = [sys.executable, "-m", "or1.cli"]
 ENV = {**os.environ, "COLUMNS": "1000", "PYTHONUNBUFFERED": "1"}  # rich wraps at 80 columns off a terminal
 BUDGETS = {  # seconds per section: (one CUDA GPU, the CPU rehearsal); each column adds up to at most 8 / 5 minutes
-    "kit": (15, 70),
-    "doctor": (30, 20),
-    "pytest": (75, 30),
-    "tiny": (180, 110),
+    "kit": (15, 55),
+    "doctor": (30, 15),
+    "pytest": (75, 25),
+    "tiny": (180, 135),
     "eval": (60, 30),
     "shapes": (120, 40),
 }
@@ -406,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     with (args.out / "results.jsonl").open("w") as sink:
         for name in names:
-            result = run_section(name, args.out, args.cpu)
+            result = run_section(name, args.out, args.cpu, args.budget_scale)
             results.append(result)
             sink.write(json.dumps(result) + "\n")
             sink.flush()
@@ -415,8 +415,8 @@ def main(argv: list[str] | None = None) -> int:
     return 0 if all(r["status"] == "ok" for r in results) else 1
 
 
-def run_section(name: str, out: Path, cpu: bool) -> dict:
-    section = Section(name, BUDGETS[name][1 if cpu else 0], out)
+def run_section(name: str, out: Path, cpu: bool, budget_scale: float = 1.0) -> dict:
+    section = Section(name, BUDGETS[name][1 if cpu else 0] * budget_scale, out)
     try:
         SECTIONS[name](section, cpu)
         status = "ok"
@@ -442,7 +442,7 @@ def summary_table(results: list[dict]) -> str:
         facts = {k: v for k, v in r.items() if k not in ("section", "status", "seconds", "budget_s")}
         shown = "; ".join(f"{k} {v}" for k, v in facts.items())
         lines.append(
-            f"| {r['section']} | {r['status']} | {r['seconds']:.0f} ({r['budget_s']}) | {shown[:300]} |"
+            f"| {r['section']} | {r['status']} | {r['seconds']:.0f} ({r['budget_s']:.0f}) | {shown[:300]} |"
         )
     return "\n".join(lines)
 

@@ -27,7 +27,9 @@ def e2e():
 def write_run(run_dir: Path, rows: dict[int, dict], responses: dict[int, list[str]]) -> Path:
     stage = run_dir / "stage1"
     (stage / "samples").mkdir(parents=True)
-    lines = [json.dumps({"step": 0, "val/x/t1/avg@5": 0.5})] + [json.dumps({"step": s, **r}) for s, r in rows.items()]
+    lines = [json.dumps({"step": 0, "val/x/t1/avg@5": 0.5})] + [
+        json.dumps({"step": s, **r}) for s, r in rows.items()
+    ]
     (stage / "metrics.jsonl").write_text("\n".join(lines) + "\n")
     for step, texts in responses.items():
         rows_out = [json.dumps({"prompt_key": f"p{i // 2}", "response": t}) for i, t in enumerate(texts)]
@@ -36,7 +38,11 @@ def write_run(run_dir: Path, rows: dict[int, dict], responses: dict[int, list[st
 
 
 def step_row(step: int, shift: float = 0.0) -> dict:
-    return {"reward/mean": 0.25 + step / 100 + shift, "actor/pg_loss": 0.001 * step + shift, "time/step": 3.0 + step}
+    return {
+        "reward/mean": 0.25 + step / 100 + shift,
+        "actor/pg_loss": 0.001 * step + shift,
+        "time/step": 3.0 + step,
+    }
 
 
 def runs(tmp_path: Path, e2e, *, resumed_shift: float = 0.0, resumed_texts: list[str] | None = None):
@@ -87,12 +93,16 @@ def test_an_overrun_section_is_reported_as_timeout_and_the_rest_still_run(tmp_pa
     assert result["status"] == "timeout" and result["seconds"] < 30
 
 
-@pytest.mark.timeout(600)
+@pytest.mark.timeout(1200)
 def test_the_cpu_rehearsal_runs_every_section(tmp_path):
     """The whole check on the CPU, as a GPU node runs it: kit, doctor, pytest -m gpu, the tiny world's train with a
-    Ctrl-C and a resume checked against a straight run, stage 2, eval and report, the shapes."""
+    Ctrl-C and a resume checked against a straight run, stage 2, eval and report, the shapes. With three times the
+    budgets: a test asserts no wall-clock time (the rehearsal's own 5 minutes are measured in bench/README.md)."""
     done = subprocess.run(
-        [sys.executable, str(SCRIPT), str(tmp_path), "--cpu"], capture_output=True, text=True, timeout=590
+        [sys.executable, str(SCRIPT), str(tmp_path), "--cpu", "--budget-scale", "3"],
+        capture_output=True,
+        text=True,
+        timeout=1150,
     )
     results = [json.loads(line) for line in (tmp_path / "results.jsonl").read_text().splitlines()]
     assert [r["section"] for r in results] == ["kit", "doctor", "pytest", "tiny", "eval", "shapes"]
