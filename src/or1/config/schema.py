@@ -234,6 +234,25 @@ class ActorConfig(OptimConfig):
         description="FSDP2 CPUOffloadPolicy: parameters, gradients and optimizer state live in host memory all "
         "the time and the optimizer steps on the CPU (GPU; slow, for models that do not fit otherwise).",
     )
+    fused_head: bool = Field(
+        True,
+        description="The output head fused with the log-probs and entropy (actor and reference): each chunk of "
+        "head_chunk_tokens positions goes through the head and is dropped, recomputed in the backward, so no "
+        "[tokens, vocabulary] logits exist beyond one chunk (or1/engines/fused_head.py). The same numbers as the "
+        "unfused head; off: the model's logits whole.",
+    )
+    head_chunk_tokens: int = Field(
+        1024,
+        ge=1,
+        description="Positions per chunk of the fused head: its transient memory is about this many x vocabulary "
+        "x 12 bytes (float32 logits, their softmax and gradient).",
+    )
+    head_dtype: Literal["model", "float32"] = Field(
+        "model",
+        description="The fused head's matmul dtype. model: the compute dtype (bf16 on GPUs), as the unfused head; "
+        "float32: float32 logits for the log-probs the importance ratios compare (AReaL and prime-rl keep the head "
+        "in float32), at the cost of a float32 head matmul.",
+    )
 
 
 class CriticConfig(OptimConfig):

@@ -142,11 +142,14 @@ class FSDPEngine:
         return packed_window(micro) if packed else padded_window(micro)
 
     def _sequence_parallel_forward(
-        self, window: Window, per_token: ulysses.PerToken
+        self, window: Window, per_token: ulysses.PerToken, hidden: bool = False
     ) -> dict[str, torch.Tensor]:
-        """Outputs [1, N] of every position of a packed window, through the Ulysses forward over this rank's group."""
+        """Outputs [1, N] of every position of a packed window, through the Ulysses forward over this rank's group
+        (`per_token` gets the logits, or with `hidden` the last hidden states)."""
         ids, positions = window.inputs["input_ids"], window.inputs["position_ids"]
-        return ulysses.packed_forward(self.model, ids, positions, window.segments, self.sp_group, per_token)
+        return ulysses.packed_forward(
+            self.model, ids, positions, window.segments, self.sp_group, per_token, hidden=hidden
+        )
 
     def _group_share(self, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], slice]:
         """The SP group's pooled rows (its ranks' shares in rank order) and this rank's rows within them."""

@@ -15,6 +15,7 @@ from or1.algos.aggregation import masked_mean
 from or1.algos.losses import LossConfig, entropy_from_logits, policy_loss, token_log_probs
 from or1.algos.rollout_correction import importance_weights
 from or1.engines.fsdp import FSDPEngine
+from or1.engines.fused_head import fused_head
 from or1.engines.loading import load_causal_lm
 from or1.engines.train_settings import DTYPES, TrainSettings
 from or1.hybrid.batch import Batch
@@ -48,28 +49,50 @@ class FSDPPolicyEngine(FSDPEngine):
     ):
         """Log-probs (and entropy, without its graph unless entropy_grad) [b, R] of one micro-batch's responses."""
         window = self._window(micro)
+        fused = self.settings.fused_head
+
+        def per_token(outputs: torch.Tensor, next_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+            log_probs, entropy = self._head(outputs, next_tokens, temperature, with_entropy, entropy_grad)
+            return {LOG_PROBS: log_probs} | ({ENTROPY: entropy} if entropy is not None else {})
+
         if self.sp_group is not None:  # every position's outputs on this rank's slice, gathered, then picked
-
-            def per_token(logits: torch.Tensor, next_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-                out = {LOG_PROBS: token_log_probs(logits, next_tokens, temperature)}
-                if with_entropy:
-                    out[ENTROPY] = entropy_from_logits(
-                        logits if entropy_grad else logits.detach(), temperature
-                    )
-                return out
-
-            outs = self._sequence_parallel_forward(window, per_token)
-            log_probs, entropy = window.picked(outs[LOG_PROBS]), outs.get(ENTROPY)
-            entropy = window.picked(entropy) if entropy is not None else None
+            outs = {
+                k: window.picked(v)
+                for k, v in self._sequence_parallel_forward(window, per_token, fused).items()
+            }
+        elif fused:  # the last hidden states of the kept positions; the head runs in chunks inside per_token
+            out = self.model(**window.inputs, use_cache=False, logits_to_keep=1, output_hidden_states=True)
+            outs = per_token(window.picked(out.hidden_states[-1]), window.targets)
         else:
-            logits = window.kept(
-                self.model(**window.inputs, use_cache=False, logits_to_keep=window.logits_to_keep).logits
+            out = self.model(**window.inputs, use_cache=False, logits_to_keep=window.logits_to_keep)
+            outs = per_token(window.kept(out.logits), window.targets)
+        entropy = outs.get(ENTROPY)
+        return window.scatter(outs[LOG_PROBS]), window.scatter(entropy) if entropy is not None else None
+
+    def _head(
+        self,
+        outputs: torch.Tensor,
+        targets: torch.Tensor,
+        temperature: float,
+        with_entropy: bool,
+        entropy_grad: bool,
+    ) -> tuple[torch.Tensor, torch.Tensor | None]:
+        """Log-probs and entropy from the model's logits, or (fused head) from its last hidden states."""
+        if self.settings.fused_head:
+            return fused_head(
+                outputs,
+                self.model.get_output_embeddings().weight,  # the root's: left unsharded after its forward
+                targets,
+                temperature,
+                chunk=self.settings.head_chunk_tokens,
+                with_entropy=with_entropy,
+                entropy_grad=entropy_grad,
+                head_dtype=DTYPES[self.settings.head_dtype] if self.settings.head_dtype else None,
             )
-            log_probs = token_log_probs(logits, window.targets, temperature)
-            entropy = None
-            if with_entropy:
-                entropy = entropy_from_logits(logits if entropy_grad else logits.detach(), temperature)
-        return window.scatter(log_probs), window.scatter(entropy) if entropy is not None else None
+        log_probs = token_log_probs(outputs, targets, temperature)
+        if not with_entropy:
+            return log_probs, None
+        return log_probs, entropy_from_logits(outputs if entropy_grad else outputs.detach(), temperature)
 
     def log_probs(self, batch: Batch, *, temperature: float, with_entropy: bool = False) -> Batch:
         """Per-token log-probs (key `log_probs`) and optionally full-vocabulary entropy (`entropy`), [B, R]."""

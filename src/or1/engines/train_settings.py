@@ -41,6 +41,11 @@ class TrainSettings:
     mini_batches: int = 1  # optimizer steps per pass over a batch (batch_size / ppo_mini_batch_size)
     epochs: int = 1  # passes over each batch
     sequence_parallel_size: int = 1  # ranks that split each packed micro-batch's tokens (Ulysses)
+    fused_head: bool = (
+        False  # the policy's head fused with its log-probs and entropy, in chunks (fused_head.py)
+    )
+    head_chunk_tokens: int = 1024
+    head_dtype: str | None = None  # the fused head's matmul dtype; None: the compute dtype
 
     @classmethod
     def from_config(
@@ -75,6 +80,9 @@ class TrainSettings:
             mini_batches=max(1, cfg.trainer.batch_size // mini_batch),
             epochs=actor.ppo_epochs,
             sequence_parallel_size=actor.sequence_parallel_size,
+            fused_head=getattr(actor, "fused_head", False),
+            head_chunk_tokens=getattr(actor, "head_chunk_tokens", 1024),
+            head_dtype="float32" if getattr(actor, "head_dtype", "model") == "float32" else None,
         )
 
     @property

@@ -179,21 +179,25 @@ def packed_forward(
     segments: Segments,
     group: dist.ProcessGroup | None,
     per_token: PerToken,
+    *,
+    hidden: bool = False,
 ) -> dict[str, torch.Tensor]:
     """A packed row (ids, positions [1, N], its segments) split over `group` through `model`; `per_token` runs on
-    each rank's slice of the logits and the tokens that follow, and its outputs come back gathered as [1, N] (the
-    output at position t, which predicts token t + 1). Collective over the group; differentiable."""
+    each rank's slice of the logits (with `hidden`: of the last hidden states, for a head of its own) and the tokens
+    that follow, and its outputs come back gathered as [1, N] (the output at position t, which predicts token t + 1).
+    Collective over the group; differentiable."""
     length = ids.shape[1]
     padded_ids, padded_positions, padded_segments = pad_to_multiple(
         ids, positions, segments, group_size(group)
     )
     next_tokens = F.pad(padded_ids[:, 1:], (0, 1))  # across a sequence's end: an output nobody reads
-    logits = model(
+    out = model(
         input_ids=local_slice(padded_ids, group),
         position_ids=local_slice(padded_positions, group),
         segments=padded_segments,
         sp_group=group,
         use_cache=False,
-    ).logits
-    outs = per_token(logits, local_slice(next_tokens, group))
+        **({"logits_to_keep": 1, "output_hidden_states": True} if hidden else {}),
+    )
+    outs = per_token(out.hidden_states[-1] if hidden else out.logits, local_slice(next_tokens, group))
     return {key: gather(value, group)[:, :length] for key, value in outs.items()}
