@@ -1,6 +1,7 @@
 """The smallest change of settings that makes a stage fit, as `--set` overrides.
 
-Changes are tried from the cheapest (a smaller micro-batch token budget, activation checkpointing) to the dearest
+Changes are tried from the cheapest (the fused output head, a smaller micro-batch token budget, activation checkpointing)
+to the dearest
 (sequence parallelism, vLLM tensor parallelism, FSDP2 CPU offload, more nodes); the first combination that fits
 wins, with the largest token budget that still fits, so the answer costs the least speed.
 """
@@ -59,6 +60,8 @@ def _candidates(cfg: RunConfig, shape: ModelShape, device: Device):
     """Change sets ordered by cost: each knob's options, cheapest first, combined in order of total cost."""
     a, r, t = cfg.actor, cfg.rollout, cfg.trainer
     knobs: list[list[tuple[int, dict[str, Any]]]] = [
+        [(0, {})]
+        + ([(1, {"actor.fused_head": True})] if not a.fused_head else []),  # a head matmul recomputed
         [(0, {})]
         + ([(1, {"model.gradient_checkpointing": True})] if not cfg.model.gradient_checkpointing else []),
         [(0, {})] + ([(1, {"actor.offload": True})] if not a.offload and r.engine == "vllm" else []),

@@ -9,7 +9,9 @@ intermediate-wide tensors. With activation checkpointing a block keeps only its 
 sequences' boundaries (`or1.engines.varlen`), with no mask; only a padded micro-batch carries one, a boolean
 [rows, width, width] mask that transformers' sdpa reads in every block. The logits part follows `or1.algos.losses`: float32
 copies of the kept positions' logits (one for the log-probs, three for an entropy term with a gradient), or, when
-the logits are too large for one slice (`LOGIT_SLICE_ELEMENTS`), the compute-dtype logits themselves.
+the logits are too large for one slice (`LOGIT_SLICE_ELEMENTS`), the compute-dtype logits themselves. With the fused
+head (`or1.engines.fused_head`, `head_chunk` positions at a time) no logits are kept: the kept positions' hidden states
+and targets are, and the transients are one chunk's logits (and their gradient in the backward).
 """
 
 from __future__ import annotations
@@ -118,8 +120,9 @@ def saved_activations(
     entropy_grad: bool,
     kv_saved_heads: int | None = None,
     extra_copy: bool = False,
+    head_chunk: int | None = None,
 ) -> Activations:
-    """Bytes autograd keeps from one micro-batch's forward until its backward."""
+    """Bytes autograd keeps from one micro-batch's forward until its backward (`head_chunk`: the fused head's)."""
     c, t = compute_bytes, window.tokens
     if checkpointing:
         blocks = shape.layers * t * shape.hidden * c  # each block's input, recomputed from in backward
@@ -127,7 +130,12 @@ def saved_activations(
     else:
         blocks = shape.layers * t * block_bytes_per_token(shape, c, kv_saved_heads, extra_copy)
         mask = shape.layers * window.mask * c  # sdpa turns that mask into an additive one per block
-    if logits_sliced(shape, window):
+    head_input = window.logits * shape.hidden * c  # the head's input (the unfused head's kept positions)
+    if head_chunk is not None:
+        # the fused head keeps the scored positions' hidden states and targets, no logits; the model's own head
+        # still runs on one position, and what it saves keeps the whole last hidden state alive
+        logits, head_input = window.scored * (shape.hidden * c + INT64), t * shape.hidden * c
+    elif logits_sliced(shape, window):
         logits = window.logits * shape.vocab * c  # held by the checkpointed slices
     else:
         copies = 1 + (3 if entropy_grad else 0)  # log-prob z; entropy: z, finite z, softmax
@@ -137,32 +145,39 @@ def saved_activations(
         t * INT64  # token ids (the embedding's backward)
         + 2 * t * shape.head_dim * c  # rotary cos / sin
         + t * (FLOAT32 * shape.hidden + c * shape.hidden + FLOAT32)  # final norm
-        + window.logits * shape.hidden * c  # the head's input
+        + head_input
         + mask
     )
     return Activations(blocks=blocks, logits=logits, other=other)
 
 
-def backward_extra(shape: ModelShape, window: Window, *, compute_bytes: int) -> int:
-    """Transient bytes on top of the saved activations at the backward's peak: the logits' gradient, one block's
-    activations (recomputed under checkpointing, or its gradients in flight) and a float32 logit slice's
-    temporaries."""
+def backward_extra(
+    shape: ModelShape, window: Window, *, compute_bytes: int, head_chunk: int | None = None
+) -> int:
+    """Transient bytes on top of the saved activations at the backward's peak: the logits' gradient (the fused head:
+    one chunk's recomputed logits and their gradient), one block's activations (recomputed under checkpointing, or
+    its gradients in flight) and a float32 logit slice's temporaries."""
     c = compute_bytes
-    slice_rows = min(window.scored, max(1, LOGIT_SLICE_ELEMENTS // shape.vocab))
+    rows = window.logits if head_chunk is None else 2 * min(head_chunk, window.scored)
+    slice_rows = min(window.scored, head_chunk or window.scored, max(1, LOGIT_SLICE_ELEMENTS // shape.vocab))
     return (
-        window.logits * shape.vocab * c
+        rows * shape.vocab * c
         + window.tokens * block_bytes_per_token(shape, c)
         + window.mask * c  # that block's additive mask (padded)
         + 4 * slice_rows * shape.vocab * FLOAT32
     )
 
 
-def inference_bytes(shape: ModelShape, window: Window, *, compute_bytes: int) -> int:
-    """Peak transient bytes of a no-grad pass (old log-probs): logits, one block's temporaries, a logit slice."""
+def inference_bytes(
+    shape: ModelShape, window: Window, *, compute_bytes: int, head_chunk: int | None = None
+) -> int:
+    """Peak transient bytes of a no-grad pass (old log-probs): logits (the fused head: one chunk's), one block's
+    temporaries, a logit slice."""
     c = compute_bytes
-    slice_rows = min(window.scored, max(1, LOGIT_SLICE_ELEMENTS // shape.vocab))
+    rows = window.logits if head_chunk is None else min(head_chunk, window.scored)
+    slice_rows = min(window.scored, head_chunk or window.scored, max(1, LOGIT_SLICE_ELEMENTS // shape.vocab))
     return (
-        window.logits * shape.vocab * c
+        rows * shape.vocab * c
         + window.tokens * block_bytes_per_token(shape, c)
         + 3 * slice_rows * shape.vocab * FLOAT32
         + window.mask * (1 + c)  # a padded micro-batch's boolean mask and one block's additive copy

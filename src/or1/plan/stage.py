@@ -157,6 +157,7 @@ def _phases(
     a, r = cfg.actor, cfg.rollout
     on_gpu = 0 if a.fsdp_cpu_offload else 1  # CPUOffloadPolicy: shards, gradients and moments on the host
     window = micro_window(cfg, lengths=lengths)
+    head_chunk = a.head_chunk_tokens if a.fused_head else None
     saved = memory.saved_activations(
         shape,
         window,
@@ -165,6 +166,7 @@ def _phases(
         entropy_grad=cfg.algorithm.entropy.mode != "off",
         kv_saved_heads=kv_saved_heads(a, shape),
         extra_copy=a.sequence_parallel_size > 1,  # Ulysses's all-to-all copies the attention output
+        head_chunk=head_chunk,
     )
     gathered = memory.gathered_bytes(shape, c)
     resident = on_gpu * (shards.parameters + shards.optimizer)
@@ -182,7 +184,7 @@ def _phases(
             "ref": ref_stays,
             "gathered": gathered,
             "activations": saved.total,
-            "backward": memory.backward_extra(shape, window, compute_bytes=c),
+            "backward": memory.backward_extra(shape, window, compute_bytes=c, head_chunk=head_chunk),
             **outside,
         },
     )
@@ -193,7 +195,7 @@ def _phases(
             "adam": on_gpu * shards.optimizer,
             "ref": ref_stays,
             "gathered": gathered,
-            "activations": memory.inference_bytes(shape, window, compute_bytes=c),
+            "activations": memory.inference_bytes(shape, window, compute_bytes=c, head_chunk=head_chunk),
             **outside,
         },
     )
