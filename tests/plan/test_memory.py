@@ -15,7 +15,8 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from gloo_ranks import spawn_ranks
 from or1.algos import losses
 from or1.algos.losses import LossConfig, entropy_from_logits, token_log_probs
-from or1.engines import varlen
+from or1.engines import activation_offload, varlen
+from or1.engines.activation_offload import HostInputs
 from or1.engines.cpu_attention import use_grouped_sdpa
 from or1.engines.fused_head import fused_head
 from or1.engines.packing import packed_window, padded_window
@@ -295,3 +296,28 @@ def test_kv_bytes_per_token_are_vllms(tmp_path, tp):
     vllm_bytes = vllm_model.get_num_layers(parallel) * spec.page_size_bytes // block
     shape: ModelShape = read_model_shape(folder)
     assert memory.kv_bytes_per_token(shape, tp, compute_bytes=2) == vllm_bytes
+
+
+def test_activation_offload_moves_the_checkpointed_inputs_to_the_host(tmp_path):
+    """What autograd keeps on the compute device after the forward, with the blocks' inputs in `HostInputs`, is the
+    plan's saved activations under actor.activation_offload; the host copies are its `offloaded_inputs`."""
+    store = HostInputs()
+    model = cpu_model(True, False)
+    activation_offload.enable(model, lambda: store)
+    window = packed_window(micro_batch())
+    measured = measured_saved_bytes(model, window, checkpointing=False)  # no block input left to keep
+    folder = write_config(tmp_path)
+    shape, plan = read_model_shape(folder), plan_window(window)
+    planned = saved_activations(
+        shape,
+        plan,
+        compute_bytes=4,
+        checkpointing=True,
+        entropy_grad=True,
+        extra_copy=True,
+        activation_offload=True,
+    ).total
+    assert abs(planned - measured) <= 0.10 * measured, (planned, measured)
+    host = memory.offloaded_inputs(shape, plan, compute_bytes=4)
+    assert abs(store.held_bytes - host) <= 0.10 * host, (store.held_bytes, host)
+    assert planned < planned_saved_bytes(folder, window, checkpointing=True) - 0.9 * host

@@ -234,6 +234,13 @@ class ActorConfig(OptimConfig):
         description="FSDP2 CPUOffloadPolicy: parameters, gradients and optimizer state live in host memory all "
         "the time and the optimizer steps on the CPU (GPU; slow, for models that do not fit otherwise).",
     )
+    activation_offload: bool = Field(
+        False,
+        description="With model.gradient_checkpointing: each decoder block's checkpointed inputs wait for the "
+        "backward in host memory (pinned, copied on a side stream, the next block's copied back ahead of its "
+        "recompute), freeing layers x tokens x hidden x 2 bytes of GPU memory per micro-batch for two copies of "
+        "them (or1/engines/activation_offload.py).",
+    )
     fused_head: bool = Field(
         True,
         description="The output head fused with the log-probs and entropy (actor and reference): each chunk of "
@@ -522,6 +529,11 @@ class RunConfig(Section):
             raise ValueError(
                 "rollout.n is 1: a group of one response has no reward variance, so GRPO / RLOO advantages are 0 "
                 "and rejection sampling drops every group; use n >= 2, or advantage gae with rejection_sampling false"
+            )
+        if self.actor.activation_offload and not self.model.gradient_checkpointing:
+            raise ValueError(
+                "actor.activation_offload keeps the checkpointed blocks' inputs on the host: it needs "
+                "model.gradient_checkpointing true"
             )
         if self.actor.ppo_mini_batch_size > self.trainer.batch_size:
             raise ValueError(

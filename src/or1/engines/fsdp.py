@@ -48,7 +48,8 @@ from torch.distributed.fsdp import FSDPModule, fully_shard
 from transformers import PreTrainedModel
 
 from or1.algos.aggregation import loss_denominators
-from or1.engines import ulysses, varlen
+from or1.engines import activation_offload, ulysses, varlen
+from or1.engines.activation_offload import HostInputs
 from or1.engines.cpu_attention import use_grouped_sdpa
 from or1.engines.packing import Window, even_slices, packed_window, padded_window, token_budget_slices
 from or1.engines.train_settings import TrainSettings, fsdp_policies
@@ -96,7 +97,10 @@ class FSDPEngine:
         # Aliases of tied weights (lm_head.weight when embeddings are tied): left out of saved checkpoints.
         unique = {name for name, _ in model.named_parameters()}
         self.tied_aliases = {name for name, _ in model.named_parameters(remove_duplicate=False)} - unique
-        if settings.gradient_checkpointing:
+        self.host_inputs = HostInputs()  # activation offload: this micro-batch's block inputs on the host
+        if settings.gradient_checkpointing and settings.activation_offload:
+            activation_offload.enable(model, lambda: self.host_inputs)
+        elif settings.gradient_checkpointing:
             model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         shard: dict[str, object] = fsdp_policies(settings)
         if self.device.type == "cuda":
@@ -199,6 +203,7 @@ class FSDPEngine:
                 slices = self._micro_slices(mini_tensors[ATTENTION_MASK])
                 for i, micro_rows in enumerate(slices):
                     self.model.set_requires_gradient_sync(i == len(slices) - 1)  # reduce once per mini-batch
+                    self.host_inputs = HostInputs()  # the last micro-batch's copies go with its backward
                     loss, metrics = micro_loss(
                         _take(mini_tensors, micro_rows, self.device),
                         tokens / self.world_size,

@@ -30,6 +30,7 @@ class TrainSettings:
     offload: bool = False  # move parameters and optimizer state to the host between phases (CUDA)
     fsdp_cpu_offload: bool = False  # FSDP2 CPUOffloadPolicy: keep them on the host all the time (CUDA)
     gradient_checkpointing: bool = False
+    activation_offload: bool = False  # the checkpointed blocks' inputs in host memory (activation_offload.py)
     lr: float = 1e-6
     betas: tuple[float, float] = (0.9, 0.999)
     weight_decay: float = 0.0
@@ -69,6 +70,7 @@ class TrainSettings:
             offload=on_gpu and getattr(actor, "offload", False),
             fsdp_cpu_offload=on_gpu and getattr(actor, "fsdp_cpu_offload", False),
             gradient_checkpointing=cfg.model.gradient_checkpointing,
+            activation_offload=getattr(actor, "activation_offload", False),
             lr=actor.lr,
             betas=tuple(actor.betas),
             weight_decay=actor.weight_decay,

@@ -5,7 +5,8 @@ load_causal_lm`) before FSDP2 shards it, so a node briefly holds one full copy p
 settings keep on the host between passes, per rank: FSDP2's CPUOffloadPolicy (actor.fsdp_cpu_offload) keeps the
 float32 parameters, gradients and AdamW moments there all the time (pinned, so they cannot be swapped out);
 actor.offload moves parameters and moments there while vLLM samples; the reference policy (KL) waits there
-under either; and vLLM's sleep mode backs its weights up in host memory while the actor trains (colocated only).
+under either; vLLM's sleep mode backs its weights up in host memory while the actor trains (colocated only); and
+actor.activation_offload keeps a micro-batch's checkpointed block inputs there during each update.
 """
 
 from __future__ import annotations
@@ -34,8 +35,11 @@ class HostNeed:
         return max(self.load, self.training)
 
 
-def host_need(cfg: RunConfig, shape: ModelShape, devices_per_node: int, world: int) -> HostNeed:
-    """The host memory one node of `devices_per_node` ranks (of `world`) needs for `cfg`'s stage."""
+def host_need(
+    cfg: RunConfig, shape: ModelShape, devices_per_node: int, world: int, offloaded_inputs: int = 0
+) -> HostNeed:
+    """The host memory one node of `devices_per_node` ranks (of `world`) needs for `cfg`'s stage
+    (`offloaded_inputs`: one rank's offloaded activations, `memory.offloaded_inputs`)."""
     a, r = cfg.actor, cfg.rollout
     shards = ShardState.of(shape, world)
     ranks = devices_per_node
@@ -52,5 +56,7 @@ def host_need(cfg: RunConfig, shape: ModelShape, devices_per_node: int, world: i
         parts["vllm weights"] = ranks * memory.rollout_weight_bytes(
             shape, tp, BYTES[r.dtype or cfg.model.dtype]
         )
+    if offloaded_inputs:
+        parts["activations (offload)"] = ranks * offloaded_inputs
     load = ranks * shape.parameters * FLOAT32
     return HostNeed(load=load, parts=parts)

@@ -121,10 +121,14 @@ def saved_activations(
     kv_saved_heads: int | None = None,
     extra_copy: bool = False,
     head_chunk: int | None = None,
+    activation_offload: bool = False,
 ) -> Activations:
-    """Bytes autograd keeps from one micro-batch's forward until its backward (`head_chunk`: the fused head's)."""
+    """Bytes autograd keeps on the GPU from one micro-batch's forward until its backward (`head_chunk`: the fused
+    head's; `activation_offload`: the checkpointed inputs on the host, `offloaded_inputs`)."""
     c, t = compute_bytes, window.tokens
-    if checkpointing:
+    if checkpointing and activation_offload:
+        blocks, mask = 0, window.mask  # the blocks' inputs wait on the host (backward_extra: two come back)
+    elif checkpointing:
         blocks = shape.layers * t * shape.hidden * c  # each block's input, recomputed from in backward
         mask = window.mask  # a padded micro-batch's boolean mask, an input of every checkpointed block
     else:
@@ -151,13 +155,25 @@ def saved_activations(
     return Activations(blocks=blocks, logits=logits, other=other)
 
 
+def offloaded_inputs(shape: ModelShape, window: Window, *, compute_bytes: int) -> int:
+    """Host bytes of one micro-batch's checkpointed block inputs under actor.activation_offload."""
+    return shape.layers * window.tokens * shape.hidden * compute_bytes
+
+
 def backward_extra(
-    shape: ModelShape, window: Window, *, compute_bytes: int, head_chunk: int | None = None
+    shape: ModelShape,
+    window: Window,
+    *,
+    compute_bytes: int,
+    head_chunk: int | None = None,
+    activation_offload: bool = False,
 ) -> int:
     """Transient bytes on top of the saved activations at the backward's peak: the logits' gradient (the fused head:
     one chunk's recomputed logits and their gradient), one block's activations (recomputed under checkpointing, or
-    its gradients in flight) and a float32 logit slice's temporaries."""
+    its gradients in flight), a float32 logit slice's temporaries, and under activation offload the inputs of the
+    block being recomputed and of the next one, copied back ahead."""
     c = compute_bytes
+    back = 2 * window.tokens * shape.hidden * c if activation_offload else 0
     rows = window.logits if head_chunk is None else 2 * min(head_chunk, window.scored)
     slice_rows = min(window.scored, head_chunk or window.scored, max(1, LOGIT_SLICE_ELEMENTS // shape.vocab))
     return (
@@ -165,6 +181,7 @@ def backward_extra(
         + window.tokens * block_bytes_per_token(shape, c)
         + window.mask * c  # that block's additive mask (padded)
         + 4 * slice_rows * shape.vocab * FLOAT32
+        + back
     )
 
 

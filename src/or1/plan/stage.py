@@ -126,7 +126,10 @@ def plan_stage(cfg: RunConfig, shape: ModelShape, device: Device, source: str = 
             phase.expected = at_expected.peak
         lengths = f"sequences of {expected[0]:,} + {expected[1]:,} tokens expected ({source}), {top} at worst"
     world = training_world(cfg, device)
-    host = host_need(cfg, shape, device.count, world)
+    offloaded = 0
+    if cfg.actor.activation_offload:
+        offloaded = memory.offloaded_inputs(shape, micro_window(cfg), compute_bytes=BYTES[cfg.model.dtype])
+    host = host_need(cfg, shape, device.count, world, offloaded)
     if device.host is not None and host.peak > device.host:
         moment = "loading the model" if host.load >= host.training else "training"
         problems.append(
@@ -167,6 +170,7 @@ def _phases(
         kv_saved_heads=kv_saved_heads(a, shape),
         extra_copy=a.sequence_parallel_size > 1,  # Ulysses's all-to-all copies the attention output
         head_chunk=head_chunk,
+        activation_offload=a.activation_offload,
     )
     gathered = memory.gathered_bytes(shape, c)
     resident = on_gpu * (shards.parameters + shards.optimizer)
@@ -184,7 +188,9 @@ def _phases(
             "ref": ref_stays,
             "gathered": gathered,
             "activations": saved.total,
-            "backward": memory.backward_extra(shape, window, compute_bytes=c, head_chunk=head_chunk),
+            "backward": memory.backward_extra(
+                shape, window, compute_bytes=c, head_chunk=head_chunk, activation_offload=a.activation_offload
+            ),
             **outside,
         },
     )
