@@ -169,7 +169,7 @@ def pytest_gpu(section: Section, cpu: bool) -> None:
     )
     has_vllm = subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True).returncode == 0
     marker = "gpu" if has_vllm else "gpu and not vllm"
-    xml = section.out / "pytest.xml"
+    xml, measurements = section.out / "pytest.xml", section.out / "measurements.jsonl"
     section.run(
         [
             sys.executable,
@@ -184,6 +184,7 @@ def pytest_gpu(section: Section, cpu: bool) -> None:
             *files,
         ],
         ok=(0, 5),  # 5: nothing collected
+        env={**ENV, "OR1_GPU_MEASUREMENTS": str(measurements)},  # what the tests measure (the head dtype)
     )
     text = xml.read_text()
     total, failures, errors, skipped = (int(re.search(rf'{k}="(\d+)"', text).group(1)) for k in JUNIT_COUNTS)

@@ -4,6 +4,8 @@ with torch 2.11 (docs/gpu.md)."""
 
 from __future__ import annotations
 
+import json
+import os
 from pathlib import Path
 
 import pytest
@@ -11,8 +13,9 @@ import torch
 import torch.distributed as dist
 from test_fsdp_engine import make_batch
 
-from or1.algos.losses import LossConfig
+from or1.algos.losses import LossConfig, token_log_probs
 from or1.engines.fsdp_actor import FSDPPolicyEngine
+from or1.engines.loading import load_causal_lm
 from or1.engines.train_settings import TrainSettings
 from or1.hybrid.worker import GPU_BACKEND
 
@@ -79,3 +82,57 @@ def test_cpu_offload_policy_keeps_shards_on_the_host(one_rank, model_dir: Path) 
     assert all(p.device.type == "cpu" for p in engine.model.parameters())
     metrics = step(engine)
     assert metrics["grad_norm"] > 0 and all(p.device.type == "cpu" for p in engine.model.parameters())
+
+
+def test_the_fused_head_on_cuda_matches_the_whole_logits_and_measures_the_head_dtype(
+    one_rank, model_dir: Path
+) -> None:
+    """bf16 compute: the fused head (chunks through the head in bf16) gives the whole logits' log-probs and update
+    to bf16 rounding; `actor.head_dtype: float32` is measured against a bf16 sampler (the same weights in bf16 end
+    to end, as the HF engine samples) and against the float32 policy, written to $OR1_GPU_MEASUREMENTS (the prepared
+    GPU check's file) when set."""
+    batch = make_batch(8)
+    mask = batch["response_mask"].bool()
+    runs = {}
+    for name, extra in {
+        "whole": {"fused_head": False},
+        "fused": {"fused_head": True},
+        "fused-float32": {"fused_head": True, "head_dtype": "float32"},
+    }.items():
+        engine = FSDPPolicyEngine(model_dir, cuda_settings(**extra))
+        log_probs = engine.log_probs(batch, temperature=1.0)["log_probs"]
+        runs[name] = (log_probs, step(engine))
+        del engine
+    references = {}
+    for dtype in (torch.bfloat16, torch.float32):  # the sampler's numbers, and the policy's exact ones
+        model = load_causal_lm(model_dir, dtype=dtype).cuda()
+        references[dtype] = plain_log_probs(model, batch).cpu()
+    gap = {
+        name: {
+            "sampler_abs_diff_mean": float((lp - references[torch.bfloat16])[mask].abs().mean()),
+            "float32_abs_diff_mean": float((lp - references[torch.float32])[mask].abs().mean()),
+        }
+        for name, (lp, _) in runs.items()
+    }
+    whole, fused = runs["whole"], runs["fused"]
+    assert float((fused[0] - whole[0])[mask].abs().max()) < 0.05  # bf16 rounding of the same logits, chunked
+    for key in ("pg_loss", "grad_norm", "entropy"):
+        assert fused[1][key] == pytest.approx(whole[1][key], rel=2e-2, abs=1e-3), key
+    assert gap["fused-float32"]["float32_abs_diff_mean"] <= gap["fused"]["float32_abs_diff_mean"]
+    if out := os.environ.get("OR1_GPU_MEASUREMENTS"):
+        with open(out, "a") as sink:
+            sink.write(
+                json.dumps({"measure": "head_dtype", "device": torch.cuda.get_device_name(), **gap}) + "\n"
+            )
+
+
+def plain_log_probs(model, batch) -> torch.Tensor:
+    """Log-probs [B, R] of the batch's responses from one padded forward of a plain Hugging Face model."""
+    ids, mask = batch["input_ids"].cuda(), batch["attention_mask"].cuda()
+    responses = batch["responses"].cuda()
+    with torch.no_grad():
+        logits = model(
+            input_ids=ids, attention_mask=mask, position_ids=(mask.cumsum(-1) - 1).clamp(min=0)
+        ).logits
+    width = responses.shape[1]
+    return token_log_probs(logits[:, -width - 1 : -1].float(), responses)

@@ -58,7 +58,7 @@ def test_parameter_count_is_the_models(tmp_path, tied):
 
 
 def test_logit_slice_size_is_the_losses():
-    assert memory.LOGIT_SLICE_ELEMENTS == losses._MAX_CHUNK_ELEMENTS
+    assert memory.LOGIT_SLICE_ELEMENTS == losses.MAX_SLICE_ELEMENTS
 
 
 # ---- saved activations -----------------------------------------------------------------------------------------------

@@ -28,7 +28,7 @@ KLKind = Literal["k1", "k2", "k3"]
 # Upper bound on the k3 KL per token, so one wild token cannot dominate the loss.
 _K3_MAX = 10.0
 # Elements of one [B, chunk, V] float32 slice processed at once (256 MiB): bounds the temporary vocab-sized buffers.
-_MAX_CHUNK_ELEMENTS = 2**26
+MAX_SLICE_ELEMENTS = 2**26
 
 
 def kl_penalty(log_probs: Tensor, ref_log_probs: Tensor, kind: KLKind = "k3") -> Tensor:
@@ -58,7 +58,7 @@ def _over_time_chunks(
     """
     b, t, v = logits.shape
     if chunk is None:
-        chunk = max(1, _MAX_CHUNK_ELEMENTS // max(1, b * v))
+        chunk = max(1, MAX_SLICE_ELEMENTS // max(1, b * v))
     if chunk >= t:
         return fn(logits, *others)
     parts = []

@@ -248,11 +248,12 @@ class ActorConfig(OptimConfig):
         "[tokens, vocabulary] logits exist beyond one chunk (or1/engines/fused_head.py). The same numbers as the "
         "unfused head; off: the model's logits whole.",
     )
-    head_chunk_tokens: int = Field(
-        1024,
+    head_chunk_tokens: int | None = Field(
+        None,
         ge=1,
-        description="Positions per chunk of the fused head: its transient memory is about this many x vocabulary "
-        "x 12 bytes (float32 logits, their softmax and gradient).",
+        description="Positions per chunk of the fused head; None: as many as the losses' own float32 slices hold "
+        "(2**26 logits: 441 positions of a 152,064 vocabulary, 256 MiB a temporary), measured the fastest of "
+        "the sizes that keep the peak down (bench/bench_fused_head.py).",
     )
     head_dtype: Literal["model", "float32"] = Field(
         "model",

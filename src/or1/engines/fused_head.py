@@ -19,7 +19,7 @@ from __future__ import annotations
 import torch
 from torch.utils.checkpoint import checkpoint
 
-from or1.algos.losses import entropy_from_logits, token_log_probs
+from or1.algos.losses import MAX_SLICE_ELEMENTS, entropy_from_logits, token_log_probs
 
 
 def fused_head(
@@ -28,13 +28,15 @@ def fused_head(
     targets: torch.Tensor,
     temperature: float,
     *,
-    chunk: int,
+    chunk: int | None,
     with_entropy: bool,
     entropy_grad: bool = True,
     head_dtype: torch.dtype | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs of `targets` [..., T] (and the full-vocabulary entropy, with its graph only when entropy_grad) at
-    each position of `hidden` [..., T, H] under the head `weight` [V, H] (no bias) at `temperature`, float32."""
+    each position of `hidden` [..., T, H] under the head `weight` [V, H] (no bias) at `temperature`, float32.
+    `chunk` None: as many positions as the losses' own slices hold (`MAX_SLICE_ELEMENTS` / V: 441 for 152,064)."""
+    chunk = chunk or max(1, MAX_SLICE_ELEMENTS // weight.shape[0])
     if chunk < 1:
         raise ValueError(f"the head's chunk must be at least 1 token, got {chunk}")
     lead = hidden.shape[:-1]
@@ -44,10 +46,12 @@ def fused_head(
         if head_dtype is not None:
             h, w = h.to(head_dtype), w.to(head_dtype)
         logits = torch.nn.functional.linear(h, w)[None]  # [1, chunk, V]: the losses' [B, T, V] layout
-        log_probs = token_log_probs(logits, t[None], temperature)[0]
+        # in one slice (the chunk is already the slice): no second checkpoint inside this one
+        log_probs = token_log_probs(logits, t[None], temperature, chunk=len(t))[0]
         if not with_entropy:
             return (log_probs,)
-        return log_probs, entropy_from_logits(logits if entropy_grad else logits.detach(), temperature)[0]
+        lg = logits if entropy_grad else logits.detach()
+        return log_probs, entropy_from_logits(lg, temperature, chunk=len(t))[0]
 
     parts = [
         checkpoint(

@@ -45,7 +45,7 @@ class TrainSettings:
     fused_head: bool = (
         False  # the policy's head fused with its log-probs and entropy, in chunks (fused_head.py)
     )
-    head_chunk_tokens: int = 1024
+    head_chunk_tokens: int | None = None  # None: the losses' slice size for the vocabulary
     head_dtype: str | None = None  # the fused head's matmul dtype; None: the compute dtype
 
     @classmethod
@@ -83,7 +83,7 @@ class TrainSettings:
             epochs=actor.ppo_epochs,
             sequence_parallel_size=actor.sequence_parallel_size,
             fused_head=getattr(actor, "fused_head", False),
-            head_chunk_tokens=getattr(actor, "head_chunk_tokens", 1024),
+            head_chunk_tokens=getattr(actor, "head_chunk_tokens", None),
             head_dtype="float32" if getattr(actor, "head_dtype", "model") == "float32" else None,
         )
 

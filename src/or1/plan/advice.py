@@ -1,7 +1,7 @@
 """The smallest change of settings that makes a stage fit, as `--set` overrides.
 
-Changes are tried from the cheapest (the fused output head, a smaller micro-batch token budget, activation checkpointing)
-to the dearest
+Changes are tried from the cheapest (the fused output head, a smaller micro-batch token budget, activation checkpointing,
+activation offload) to the dearest
 (sequence parallelism, vLLM tensor parallelism, FSDP2 CPU offload, more nodes); the first combination that fits
 wins, with the largest token budget that still fits, so the answer costs the least speed.
 """
@@ -65,6 +65,13 @@ def _candidates(cfg: RunConfig, shape: ModelShape, device: Device):
         [(0, {})]
         + ([(1, {"model.gradient_checkpointing": True})] if not cfg.model.gradient_checkpointing else []),
         [(0, {})] + ([(1, {"actor.offload": True})] if not a.offload and r.engine == "vllm" else []),
+        # the blocks' inputs on the host: a copy each way per block (needs checkpointing, merged in if off)
+        [(0, {})]
+        + (
+            [(2, {"actor.activation_offload": True, "model.gradient_checkpointing": True})]
+            if not a.activation_offload
+            else []
+        ),
         [(0, {})]
         + [
             (1 + round(abs(u - r.gpu_memory_utilization) * 10), {"rollout.gpu_memory_utilization": u})

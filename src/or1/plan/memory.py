@@ -25,7 +25,7 @@ GIB = 2**30
 FLOAT32 = 4
 INT64 = 8
 # or1.algos.losses slices the logits along time so one float32 [rows, slice, vocab] temporary holds at most this many
-# elements (kept equal to its _MAX_CHUNK_ELEMENTS; tests/plan checks they agree)
+# elements (kept equal to its MAX_SLICE_ELEMENTS; tests/plan checks they agree)
 LOGIT_SLICE_ELEMENTS = 2**26
 VOCAB_PADDING = (
     64  # vLLM pads the vocabulary to a multiple of this before splitting it over tensor-parallel ranks
@@ -153,6 +153,11 @@ def saved_activations(
         + mask
     )
     return Activations(blocks=blocks, logits=logits, other=other)
+
+
+def fused_head_chunk(shape: ModelShape) -> int:
+    """The fused head's default chunk: as many positions as one of the losses' float32 slices holds."""
+    return max(1, LOGIT_SLICE_ELEMENTS // shape.vocab)
 
 
 def offloaded_inputs(shape: ModelShape, window: Window, *, compute_bytes: int) -> int:

@@ -160,7 +160,7 @@ def _phases(
     a, r = cfg.actor, cfg.rollout
     on_gpu = 0 if a.fsdp_cpu_offload else 1  # CPUOffloadPolicy: shards, gradients and moments on the host
     window = micro_window(cfg, lengths=lengths)
-    head_chunk = a.head_chunk_tokens if a.fused_head else None
+    head_chunk = (a.head_chunk_tokens or memory.fused_head_chunk(shape)) if a.fused_head else None
     saved = memory.saved_activations(
         shape,
         window,
