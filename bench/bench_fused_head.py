@@ -101,8 +101,9 @@ def run_case(model_dir: str, tokens: int, fused: bool, repeats: int) -> dict:
     }
 
 
-def planned_unfused_gib(tokens: int) -> float:
-    """or1 plan's saved activations plus the backward's transients of this update with the whole logits (float32)."""
+def planned_gib(tokens: int, fused: bool) -> float:
+    """What or1 plan's terms count for this update above the loaded parameters (float32, one rank): gradients and
+    AdamW moments, the saved activations and the backward's transients, with the whole logits or the fused head."""
     from or1.plan import memory
     from or1.plan.model import read_model_shape
 
@@ -111,8 +112,47 @@ def planned_unfused_gib(tokens: int) -> float:
         shape = read_model_shape(Path(folder))
     scored = SEQUENCES * (tokens // SEQUENCES - PROMPT)
     window = memory.Window(tokens=tokens, logits=scored, scored=scored)
-    saved = memory.saved_activations(shape, window, compute_bytes=4, checkpointing=False, entropy_grad=True)
-    return (saved.total + memory.backward_extra(shape, window, compute_bytes=4)) / GIB
+    chunk = memory.fused_head_chunk(shape) if fused else None
+    saved = memory.saved_activations(
+        shape,
+        window,
+        compute_bytes=4,
+        checkpointing=False,
+        entropy_grad=True,
+        extra_copy=True,
+        head_chunk=chunk,
+    )
+    shards = memory.ShardState.of(shape, 1)
+    backward = memory.backward_extra(shape, window, compute_bytes=4, head_chunk=chunk)
+    return (shards.gradients + shards.optimizer + saved.total + backward) / GIB
+
+
+def table(rows: list[dict]) -> str:
+    """Markdown: each case beside the plan's count, and fused over whole at each length both ran."""
+    lines = [
+        "| tokens | head | s / 1K tokens | peak GiB above load | or1 plan GiB | fused / whole: time | peak |",
+        "|---|---|---|---|---|---|---|",
+    ]
+    for tokens in sorted({r["tokens"] for r in rows}):
+        by_head = {r["fused"]: r for r in rows if r["tokens"] == tokens}
+        for fused in (True, False):
+            r, plan, head = (
+                by_head.get(fused),
+                f"{planned_gib(tokens, fused):.2f}",
+                "fused" if fused else "whole",
+            )
+            if r is None or "error" in r:
+                why = "not run" if r is None else f"failed: {r['error'][-80:]}"
+                lines.append(f"| {tokens:,} | {head} | {why} | | {plan} | | |")
+                continue
+            ratio, other = " | ", by_head.get(True)
+            if not fused and other is not None and "error" not in other:
+                ratio = (
+                    f"{other['s_per_token'] / r['s_per_token']:.2f} | {other['peak_gib'] / r['peak_gib']:.2f}"
+                )
+            cells = f"{r['s_per_token'] * 1000:.2f} | {r['peak_gib']:.2f} | {plan} | {ratio}"
+            lines.append(f"| {tokens:,} | {head} | {cells} |")
+    return "\n".join(lines)
 
 
 def main() -> None:
@@ -120,9 +160,7 @@ def main() -> None:
     parser.add_argument("--tokens", default="8192,16384,32768")
     parser.add_argument("--unfused-max", type=int, default=16384)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument(
-        "--case", nargs=3, help=argparse.SUPPRESS
-    )  # model_dir tokens fused: one case, this process
+    parser.add_argument("--case", nargs=3, help=argparse.SUPPRESS)  # model_dir tokens fused: this process
     args = parser.parse_args()
     if args.case:
         model_dir, tokens, fused = args.case
@@ -133,44 +171,15 @@ def main() -> None:
         random_qwen2(Path(folder), SHAPE)
         for tokens in map(int, args.tokens.split(",")):
             for fused in (True, False) if tokens <= args.unfused_max else (True,):
-                cmd = [
-                    sys.executable,
-                    __file__,
-                    "--repeats",
-                    str(args.repeats),
-                    "--case",
-                    folder,
-                    str(tokens),
-                ]
-                done = subprocess.run([*cmd, "1" if fused else "0"], capture_output=True, text=True)
+                case = [folder, str(tokens), "1" if fused else "0"]
+                cmd = [sys.executable, __file__, "--repeats", str(args.repeats), "--case", *case]
+                done = subprocess.run(cmd, capture_output=True, text=True)
                 if done.returncode != 0:
                     rows.append({"tokens": tokens, "fused": fused, "error": done.stderr.strip()[-300:]})
                 else:
                     rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
                 print(rows[-1], flush=True)
-    print(
-        "\n| tokens | head | s / 1K tokens | peak GiB above load | fused / whole: time | fused / whole: peak |"
-    )
-    print("|---|---|---|---|---|---|")
-    for tokens in sorted({r["tokens"] for r in rows}):
-        fused = next(r for r in rows if r["tokens"] == tokens and r["fused"])
-        whole = next((r for r in rows if r["tokens"] == tokens and not r["fused"]), None)
-        for r in (fused, whole):
-            if r is None:
-                print(f"| {tokens:,} | whole | - | {planned_unfused_gib(tokens):.2f} (or1 plan) | | |")
-            elif "error" in r:
-                print(
-                    f"| {tokens:,} | {'fused' if r['fused'] else 'whole'} | failed: {r['error'][-80:]} | | | |"
-                )
-            else:
-                ratio = ""
-                if r is whole and "error" not in fused and "error" not in whole:
-                    t, p = fused["s_per_token"] / whole["s_per_token"], fused["peak_gib"] / whole["peak_gib"]
-                    ratio = f"{t:.2f} | {p:.2f}"
-                print(
-                    f"| {tokens:,} | {'fused' if r['fused'] else 'whole'} | {r['s_per_token'] * 1000:.2f} | "
-                    f"{r['peak_gib']:.2f} | {ratio or ' | '} |"
-                )
+    print("\n" + table(rows))
     print(json.dumps(rows))
 
 

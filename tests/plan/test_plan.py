@@ -446,7 +446,7 @@ def test_plan_command_reads_a_run_and_checks_host_memory(tmp_path):
 
 def test_the_fused_head_is_the_cheapest_lever_when_it_is_off():
     """Before checkpointing or any parallelism: it costs one head matmul recomputed, and at 32K it is a third of
-    the update phase (or1-7b stage 2 on 8 x 80 GB: 56.4 -> 36.9 GiB)."""
+    the update phase (or1-7b stage 2 on 8 x 80 GB: 56.9 -> 37.1 GiB)."""
     shape = read_model_shape(CONFIGS / "qwen2-7b.json")
     cfg = resolve("or1-7b", 2, ["actor.fused_head=false"])
     candidates = _candidates(cfg, shape, H100)
