@@ -174,7 +174,9 @@ def main() -> None:
                 case = [folder, str(tokens), "1" if fused else "0"]
                 cmd = [sys.executable, __file__, "--repeats", str(args.repeats), "--case", *case]
                 done = subprocess.run(cmd, capture_output=True, text=True)
-                if done.returncode != 0:
+                if done.returncode == -9:  # the kernel's OOM killer: the case needs more memory than there is
+                    rows.append({"tokens": tokens, "fused": fused, "error": "killed: out of memory"})
+                elif done.returncode != 0:
                     rows.append({"tokens": tokens, "fused": fused, "error": done.stderr.strip()[-300:]})
                 else:
                     rows.append(json.loads(done.stdout.strip().splitlines()[-1]))

@@ -11,7 +11,6 @@ Inputs several blocks share (the rotary tables) are copied once.
 
 from __future__ import annotations
 
-import functools
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -20,9 +19,8 @@ import torch
 from torch.autograd.graph import saved_tensors_hooks
 from torch.utils.checkpoint import checkpoint
 
-MIN_BYTES = (
-    1 << 16
-)  # smaller saved inputs (ids, a block's tiny tensors) stay where they are: not worth a copy
+# smaller saved inputs (ids, a block's tiny tensors) stay where they are: not worth a copy
+MIN_BYTES = 1 << 16
 
 
 @dataclass
@@ -126,4 +124,4 @@ def enable(model: torch.nn.Module, store: Callable[[], HostInputs]) -> None:
         if getattr(module, "gradient_checkpointing", False) and hasattr(
             module, "_gradient_checkpointing_func"
         ):
-            module._gradient_checkpointing_func = functools.partial(run)
+            module._gradient_checkpointing_func = run  # what gradient_checkpointing_enable sets, ours instead

@@ -6,6 +6,7 @@ Log-probs and full-vocabulary entropy of the sampled responses, and the PPO-clip
 
 from __future__ import annotations
 
+import warnings
 from pathlib import Path
 
 import torch
@@ -29,6 +30,10 @@ from or1.hybrid.columns import (
     RESPONSE_MASK,
     ROLLOUT_LOG_PROBS,
 )
+
+# The fused head asks for the hidden states; the first (the embeddings' output) is a view under packed rows, which
+# FSDP2 warns of in case it is changed in place. or1 only reads the last one.
+warnings.filterwarnings("ignore", message=r"FSDP2-wrapped module \(\w+\) returned a view tensor")
 
 
 class FSDPPolicyEngine(FSDPEngine):
