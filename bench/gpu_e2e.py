@@ -125,29 +125,26 @@ def last_line(text: str) -> str:
 
 
 def kit(section: Section, cpu: bool) -> None:
-    """--cpu: build the kit with scripts/gpu_kit.py and install it by its own line into OUTDIR/site; either way,
-    or1's dependencies must import from the kit's folder."""
-    env = ENV
+    """--cpu: build the kit with scripts/gpu_kit.py for this Python and install it by its own line into
+    OUTDIR/site, then or1's dependencies must import from there; on a GPU node (the kit installed before the check)
+    the section says where each comes from."""
+    env, site = ENV, None
     if cpu:
         kit_dir, site = section.out / "kit", section.out / "site"
-        python = (
-            f"{sys.version_info.major}.{sys.version_info.minor}"  # the kit for this Python: install.sh checks
-        )
+        python = f"{sys.version_info.major}.{sys.version_info.minor}"
         section.run([sys.executable, "scripts/gpu_kit.py", "--python", python, "--out", str(kit_dir)])
         section.run(["bash", str(kit_dir / "install.sh"), str(site)], env={**ENV, "PYTHON": sys.executable})
         env = {**ENV, "PYTHONPATH": f"{site}:{ROOT / 'src'}"}
-        section.result["kit_mib"] = round(
-            sum(f.stat().st_size for f in kit_dir.rglob("*") if f.is_file()) / 2**20, 1
-        )
+        files = [f for f in kit_dir.rglob("*") if f.is_file()]
+        section.result["kit_mib"] = round(sum(f.stat().st_size for f in files) / 2**20, 1)
     probe = "import importlib, json; print(json.dumps({m: importlib.import_module(m).__file__ for m in %r}))"
     _, text = section.run([sys.executable, "-c", probe % KIT_MODULES], env=env)
     found = json.loads(text.strip().splitlines()[-1])
-    site_root = (section.out / "site") if cpu else None
-    if site_root is not None:
-        outside = [m for m, path in found.items() if not Path(path).is_relative_to(site_root)]
-        if outside:
-            raise Failed(f"not imported from the kit: {', '.join(outside)}")
-    section.result["modules"] = len(found)
+    if site is not None and (
+        outside := [m for m, path in found.items() if not Path(path).is_relative_to(site)]
+    ):
+        raise Failed(f"not imported from the kit: {', '.join(outside)}")
+    section.result["from"] = sorted({str(Path(path).parents[1]) for path in found.values()})
 
 
 def doctor(section: Section, cpu: bool) -> None:
@@ -396,6 +393,12 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument(
         "--sections", default=",".join(SECTIONS), help="Comma-separated subset, in this order."
+    )
+    parser.add_argument(
+        "--budget-scale",
+        type=float,
+        default=1.0,
+        help="Multiply every section's budget (the test suite gives the rehearsal room: a loaded machine is no bug).",
     )
     args = parser.parse_args(argv)
     names = args.sections.split(",")
