@@ -41,7 +41,7 @@ def model(offload: HostInputs | None) -> Qwen2ForCausalLM:
     if offload is None:
         m.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
     else:
-        activation_offload.enable(m, lambda: offload)
+        activation_offload.checkpoint_blocks(m, lambda: offload)
     return m
 
 

@@ -303,7 +303,7 @@ def test_activation_offload_moves_the_checkpointed_inputs_to_the_host(tmp_path):
     plan's saved activations under actor.activation_offload; the host copies are its `offloaded_inputs`."""
     store = HostInputs()
     model = cpu_model(True, False)
-    activation_offload.enable(model, lambda: store)
+    activation_offload.checkpoint_blocks(model, lambda: store)
     window = packed_window(micro_batch())
     measured = measured_saved_bytes(model, window, checkpointing=False)  # no block input left to keep
     folder = write_config(tmp_path)

@@ -116,12 +116,15 @@ def offloaded_checkpoint(store: Callable[[], HostInputs]) -> Callable[..., torch
     return run
 
 
-def enable(model: torch.nn.Module, store: Callable[[], HostInputs]) -> None:
-    """Checkpoint every decoder block of a Hugging Face model with its inputs in `store()`'s host memory."""
+def checkpoint_blocks(model: torch.nn.Module, store: Callable[[], HostInputs] | None) -> None:
+    """Checkpoint every decoder block of a Hugging Face model, with its inputs in `store()`'s host memory (None:
+    kept on the device, the plain checkpointing)."""
     model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+    if store is None:
+        return
     run = offloaded_checkpoint(store)
     for module in model.modules():
         if getattr(module, "gradient_checkpointing", False) and hasattr(
             module, "_gradient_checkpointing_func"
         ):
-            module._gradient_checkpointing_func = run  # what gradient_checkpointing_enable sets, ours instead
+            module._gradient_checkpointing_func = run  # what gradient_checkpointing_enable set, ours instead

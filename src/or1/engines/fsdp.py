@@ -51,6 +51,7 @@ from or1.algos.aggregation import loss_denominators
 from or1.engines import activation_offload, ulysses, varlen
 from or1.engines.activation_offload import HostInputs
 from or1.engines.cpu_attention import use_grouped_sdpa
+from or1.engines.loading import decoder_layers
 from or1.engines.packing import Window, even_slices, packed_window, padded_window, token_budget_slices
 from or1.engines.train_settings import TrainSettings, fsdp_policies
 from or1.errors import UserError
@@ -97,11 +98,12 @@ class FSDPEngine:
         # Aliases of tied weights (lm_head.weight when embeddings are tied): left out of saved checkpoints.
         unique = {name for name, _ in model.named_parameters()}
         self.tied_aliases = {name for name, _ in model.named_parameters(remove_duplicate=False)} - unique
-        self.host_inputs = HostInputs()  # activation offload: this micro-batch's block inputs on the host
-        if settings.gradient_checkpointing and settings.activation_offload:
-            activation_offload.enable(model, lambda: self.host_inputs)
-        elif settings.gradient_checkpointing:
-            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        self.host_inputs = (
+            HostInputs()
+        )  # actor.activation_offload: this micro-batch's block inputs on the host
+        if settings.gradient_checkpointing:
+            offload = settings.activation_offload
+            activation_offload.checkpoint_blocks(model, (lambda: self.host_inputs) if offload else None)
         shard: dict[str, object] = fsdp_policies(settings)
         if self.device.type == "cuda":
             # the model was loaded on the host: fully_shard moves each rank's shards to its GPU (or keeps them on
@@ -148,11 +150,10 @@ class FSDPEngine:
     def _sequence_parallel_forward(
         self, window: Window, per_token: ulysses.PerToken, hidden: bool = False
     ) -> dict[str, torch.Tensor]:
-        """Outputs [1, N] of every position of a packed window, through the Ulysses forward over this rank's group
-        (`per_token` gets the logits, or with `hidden` the last hidden states)."""
-        ids, positions = window.inputs["input_ids"], window.inputs["position_ids"]
+        """[1, N] outputs of a packed window through Ulysses: per_token of the logits (or `hidden` states)."""
+        ids, positions, segments = window.inputs["input_ids"], window.inputs["position_ids"], window.segments
         return ulysses.packed_forward(
-            self.model, ids, positions, window.segments, self.sp_group, per_token, hidden=hidden
+            self.model, ids, positions, segments, self.sp_group, per_token, hidden=hidden
         )
 
     def _group_share(self, tensors: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], slice]:
@@ -374,15 +375,6 @@ class FSDPEngine:
                     if isinstance(value, torch.Tensor) and key != "step":  # Adam's step counter stays put
                         state[key] = value.to(device, non_blocking=True)
         torch.cuda.synchronize(self.device)  # both ways: nothing reads a tensor before its copy has landed
-
-
-def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
-    """The transformer blocks of an HF causal LM (model.model.layers for Llama / Qwen families)."""
-    inner = getattr(model, "model", None)
-    layers = getattr(inner, "layers", None)
-    if layers is None:
-        raise ValueError(f"{type(model).__name__}: cannot find decoder layers at model.model.layers")
-    return list(layers)
 
 
 def _take(

@@ -109,3 +109,12 @@ def stop_ids_of(model_path: str | Path, tokenizer: PreTrainedTokenizerBase) -> l
     if eos is None:
         raise UserError(f"{model_path}: neither generation_config.json nor the tokenizer names an eos token")
     return [eos] if isinstance(eos, int) else list(eos)
+
+
+def decoder_layers(model: torch.nn.Module) -> list[torch.nn.Module]:
+    """The transformer blocks of an HF causal LM (model.model.layers for Llama / Qwen families)."""
+    inner = getattr(model, "model", None)
+    layers = getattr(inner, "layers", None)
+    if layers is None:
+        raise ValueError(f"{type(model).__name__}: cannot find decoder layers at model.model.layers")
+    return list(layers)
