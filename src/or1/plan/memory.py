@@ -170,6 +170,13 @@ def offloaded_inputs(shape: ModelShape, window: Window, *, compute_bytes: int) -
     return shape.layers * window.tokens * shape.hidden * compute_bytes
 
 
+def _head_rows(shape: ModelShape, window: Window, head_chunk: int | None) -> tuple[int, int]:
+    """Positions whose logits exist at once (every kept one, or one fused chunk), and one float32 slice's rows."""
+    rows = window.logits if head_chunk is None else min(head_chunk, window.scored)
+    slice_rows = min(window.scored, head_chunk or window.scored, max(1, LOGIT_SLICE_ELEMENTS // shape.vocab))
+    return rows, slice_rows
+
+
 def backward_extra(
     shape: ModelShape,
     window: Window,
@@ -184,8 +191,8 @@ def backward_extra(
     block being recomputed and of the next one, copied back ahead."""
     c = compute_bytes
     back = 2 * window.tokens * shape.hidden * c if activation_offload else 0
-    rows = window.logits if head_chunk is None else 2 * min(head_chunk, window.scored)
-    slice_rows = min(window.scored, head_chunk or window.scored, max(1, LOGIT_SLICE_ELEMENTS // shape.vocab))
+    rows, slice_rows = _head_rows(shape, window, head_chunk)
+    rows = rows if head_chunk is None else 2 * rows  # the fused chunk's recomputed logits and their gradient
     return (
         rows * shape.vocab * c
         + window.tokens * block_bytes_per_token(shape, c)
@@ -201,8 +208,7 @@ def inference_bytes(
     """Peak transient bytes of a no-grad pass (old log-probs): logits (the fused head: one chunk's), one block's
     temporaries, a logit slice."""
     c = compute_bytes
-    rows = window.logits if head_chunk is None else min(head_chunk, window.scored)
-    slice_rows = min(window.scored, head_chunk or window.scored, max(1, LOGIT_SLICE_ELEMENTS // shape.vocab))
+    rows, slice_rows = _head_rows(shape, window, head_chunk)
     return (
         rows * shape.vocab * c
         + window.tokens * block_bytes_per_token(shape, c)
