@@ -207,7 +207,7 @@ def planned_gib(case: Case, work: Work, on_gpu: bool) -> dict[str, float | None]
         kv_saved_heads=model.kv_heads,
         extra_copy=not on_gpu,
     )
-    backward = memory.backward_extra(model, window, compute_bytes=c)
+    backward = memory.backward_extra(model, window, compute_bytes=c, entropy_grad=False)
     held = state.parameters + state.optimizer + gathered  # gradients are freed after each optimizer step
     return {
         "log_prob_plan_gib": (held + inference) / GIB,

@@ -378,10 +378,10 @@ def test_expected_lengths_decide_the_verdict_and_the_worst_case_warns():
     assert "sequences of 200 + 300 tokens expected (the recipe), 1,024 + 1,024 at worst" in text
     assert "a step whose responses all run to the budget would not fit" in text
     assert "at the worst case" in tight_line(plan) and "actor.max_tokens_per_micro_batch" in tight_line(plan)
-    # a token budget bounds the micro-batch whatever the lengths: expected and worst are the same (with the whole
-    # logits; the fused head keeps the scored positions' hidden states, which follow the response share)
-    budget = plan_stage(resolve("or1-7b", 1, [*short, "actor.fused_head=false"]), shape, H100)
-    assert all(p.expected_peak == p.peak for p in budget.phases)
+    # a token budget bounds the micro-batch's tokens whatever the lengths; the head's rows (the scored positions)
+    # follow the response share: with the whole logits the update is 0.89x the worst case's, fused 0.999x
+    whole = plan_stage(resolve("or1-7b", 1, [*short, "actor.fused_head=false"]), shape, H100)
+    assert all(0.85 * p.peak <= p.expected_peak <= p.peak for p in whole.phases)
     fused = plan_stage(resolve("or1-7b", 1, short), shape, H100)
     assert all(0.95 * p.peak <= p.expected_peak <= p.peak for p in fused.phases)
 
@@ -446,7 +446,7 @@ def test_plan_command_reads_a_run_and_checks_host_memory(tmp_path):
 
 def test_the_fused_head_is_the_cheapest_lever_when_it_is_off():
     """Before checkpointing or any parallelism: it costs one head matmul recomputed, and at 32K it is a third of
-    the update phase (or1-7b stage 2 on 8 x 80 GB: 56.9 -> 37.1 GiB)."""
+    the update phase (or1-7b stage 2 on 8 x 80 GB: 55.5 -> 36.7 GiB)."""
     shape = read_model_shape(CONFIGS / "qwen2-7b.json")
     cfg = resolve("or1-7b", 2, ["actor.fused_head=false"])
     candidates = _candidates(cfg, shape, H100)

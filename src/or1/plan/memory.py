@@ -11,7 +11,9 @@ sequences' boundaries (`or1.engines.varlen`), with no mask; only a padded micro-
 copies of the kept positions' logits (one for the log-probs, three for an entropy term with a gradient), or, when
 the logits are too large for one slice (`LOGIT_SLICE_ELEMENTS`), the compute-dtype logits themselves. With the fused
 head (`or1.engines.fused_head`, `head_chunk` positions at a time) no logits are kept: the kept positions' hidden states
-and targets are, and the transients are one chunk's logits (and their gradient in the backward).
+and targets are, and the transients are one chunk's logits and its float32 temporaries. The transients were counted
+at the CPU allocator (the profiler's allocation events) for whole update and log-prob passes, which tests/plan holds
+to the phases' sums within 10%.
 """
 
 from __future__ import annotations
@@ -27,11 +29,11 @@ INT64 = 8
 # or1.algos.losses slices the logits along time so one float32 [rows, slice, vocab] temporary holds at most this many
 # elements (kept equal to its MAX_SLICE_ELEMENTS; tests/plan checks they agree)
 LOGIT_SLICE_ELEMENTS = 2**26
-# float32 [slice, vocabulary] temporaries of the log-prob and entropy of one slice at the pass's peak (z, its
-# exponentials, the softmax, the clamped copy, their product; their gradients in the backward), measured on the CPU
-# with 152,064 entries (ru_maxrss): 4.1-4.6 slices' worth without gradients, 5.0-6.3 in a backward
-SLICE_TEMPORARIES_FORWARD = 5
-SLICE_TEMPORARIES_BACKWARD = 6
+# float32 [slice, vocabulary] temporaries of the log-prob and entropy of one slice at the pass's peak, beside the
+# logits (z, the clamped copy, the softmax, their product; in the backward the recomputed ones and their gradients),
+# counted at the allocator on the CPU (the profiler's allocation events, tests/plan/test_memory.py)
+SLICE_TEMPORARIES_FORWARD = 4
+SLICE_TEMPORARIES_BACKWARD = 5
 VOCAB_PADDING = (
     64  # vLLM pads the vocabulary to a multiple of this before splitting it over tensor-parallel ranks
 )
@@ -147,9 +149,8 @@ def saved_activations(
     elif logits_sliced(shape, window):
         logits = window.logits * shape.vocab * c  # held by the checkpointed slices
     else:
-        copies = 1 + (3 if entropy_grad else 0)  # log-prob z; entropy: z, finite z, softmax
         lse = 1 + (1 if entropy_grad else 0)  # one float32 log-sum-exp per position and term
-        logits = window.scored * FLOAT32 * (shape.vocab * copies + lse)
+        logits = window.scored * FLOAT32 * (shape.vocab * saved_logit_copies(entropy_grad) + lse)
     other = (
         t * INT64  # token ids (the embedding's backward)
         + 2 * t * shape.head_dim * c  # rotary cos / sin
@@ -158,6 +159,12 @@ def saved_activations(
         + mask
     )
     return Activations(blocks=blocks, logits=logits, other=other)
+
+
+def saved_logit_copies(entropy_grad: bool) -> int:
+    """Float32 copies of the scored logits an unsliced loss saves: the log-prob's z; the entropy's z, finite z and
+    softmax when its gradient is taken."""
+    return 1 + (3 if entropy_grad else 0)
 
 
 def fused_head_chunk(shape: ModelShape) -> int:
@@ -171,10 +178,12 @@ def offloaded_inputs(shape: ModelShape, window: Window, *, compute_bytes: int) -
 
 
 def _head_rows(shape: ModelShape, window: Window, head_chunk: int | None) -> tuple[int, int]:
-    """Positions whose logits exist at once (every kept one, or one fused chunk), and one float32 slice's rows."""
-    rows = window.logits if head_chunk is None else min(head_chunk, window.scored)
-    slice_rows = min(window.scored, head_chunk or window.scored, max(1, LOGIT_SLICE_ELEMENTS // shape.vocab))
-    return rows, slice_rows
+    """Positions whose logits exist at once (every kept one, or one fused chunk), and one float32 slice's rows (the
+    losses' slice, or the fused chunk: the head takes its log-probs and entropy in one slice)."""
+    if head_chunk is not None:
+        rows = min(head_chunk, window.scored)
+        return rows, rows
+    return window.logits, min(window.scored, max(1, LOGIT_SLICE_ELEMENTS // shape.vocab))
 
 
 def backward_extra(
@@ -182,22 +191,31 @@ def backward_extra(
     window: Window,
     *,
     compute_bytes: int,
+    entropy_grad: bool,
     head_chunk: int | None = None,
     activation_offload: bool = False,
 ) -> int:
     """Transient bytes on top of the saved activations at the backward's peak: the logits' gradient (the fused head:
-    one chunk's recomputed logits and their gradient), one block's activations (recomputed under checkpointing, or
-    its gradients in flight), a float32 logit slice's temporaries, and under activation offload the inputs of the
-    block being recomputed and of the next one, copied back ahead."""
+    one chunk's recomputed logits), one block's activations (recomputed under checkpointing, or its gradients in
+    flight), a float32 logit slice's temporaries (less the copies an unsliced loss saved, which are among them; for
+    sliced logits, or the next slice's gradient, which autograd widens to the whole logits before adding it, if that
+    is larger), and under activation offload the inputs of the block being recomputed and of the next one, copied
+    back ahead."""
     c = compute_bytes
     back = 2 * window.tokens * shape.hidden * c if activation_offload else 0
     rows, slice_rows = _head_rows(shape, window, head_chunk)
-    rows = rows if head_chunk is None else 2 * rows  # the fused chunk's recomputed logits and their gradient
+    temporaries = SLICE_TEMPORARIES_BACKWARD * slice_rows * shape.vocab * FLOAT32
+    if head_chunk is None and not logits_sliced(shape, window):
+        temporaries -= saved_logit_copies(entropy_grad) * slice_rows * shape.vocab * FLOAT32
+    elif (
+        head_chunk is None
+    ):  # each slice's gradient comes as a whole-logits tensor of zeros, added to the sum
+        temporaries = max(temporaries, rows * shape.vocab * c)
     return (
         rows * shape.vocab * c
         + window.tokens * block_bytes_per_token(shape, c)
         + window.mask * c  # that block's additive mask (padded)
-        + SLICE_TEMPORARIES_BACKWARD * slice_rows * shape.vocab * FLOAT32
+        + temporaries
         + back
     )
 
@@ -205,14 +223,15 @@ def backward_extra(
 def inference_bytes(
     shape: ModelShape, window: Window, *, compute_bytes: int, head_chunk: int | None = None
 ) -> int:
-    """Peak transient bytes of a no-grad pass (old log-probs): logits (the fused head: one chunk's), one block's
-    temporaries, a logit slice."""
+    """Peak transient bytes of a no-grad pass (old log-probs): the larger of one block's temporaries (bounded by
+    what it would save for a backward) and the head's (the logits, the fused head: one chunk's, and a logit slice's
+    temporaries), which come after the blocks' are freed; the last hidden states live through both."""
     c = compute_bytes
     rows, slice_rows = _head_rows(shape, window, head_chunk)
+    head = rows * shape.vocab * c + SLICE_TEMPORARIES_FORWARD * slice_rows * shape.vocab * FLOAT32
     return (
-        rows * shape.vocab * c
-        + window.tokens * block_bytes_per_token(shape, c)
-        + SLICE_TEMPORARIES_FORWARD * slice_rows * shape.vocab * FLOAT32
+        max(window.tokens * block_bytes_per_token(shape, c), head)
+        + window.tokens * shape.hidden * c
         + window.mask * (1 + c)  # a padded micro-batch's boolean mask and one block's additive copy
     )
 

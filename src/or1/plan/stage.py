@@ -89,7 +89,10 @@ def micro_window(
     rows = a.micro_batch_size if budget is None else max(1, budget // seq)
     if a.remove_padding:  # one packed row
         tokens = max(seq, budget or rows * seq)
-        return Window(tokens=tokens, logits=tokens, scored=int(tokens * response_share))
+        scored = int(tokens * response_share)
+        return Window(
+            tokens=tokens, logits=scored, scored=scored
+        )  # the head runs on the scored positions only
     return Window(tokens=rows * seq, logits=rows * (resp + 1), scored=rows * resp, mask=rows * seq * seq)
 
 
@@ -161,12 +164,13 @@ def _phases(
     on_gpu = 0 if a.fsdp_cpu_offload else 1  # CPUOffloadPolicy: shards, gradients and moments on the host
     window = micro_window(cfg, lengths=lengths)
     head_chunk = (a.head_chunk_tokens or memory.fused_head_chunk(shape)) if a.fused_head else None
+    entropy_grad = cfg.algorithm.entropy.mode != "off"  # the entropy bonus's gradient through the head
     saved = memory.saved_activations(
         shape,
         window,
         compute_bytes=c,
         checkpointing=cfg.model.gradient_checkpointing,
-        entropy_grad=cfg.algorithm.entropy.mode != "off",
+        entropy_grad=entropy_grad,
         kv_saved_heads=kv_saved_heads(a, shape),
         extra_copy=a.sequence_parallel_size > 1,  # Ulysses's all-to-all copies the attention output
         head_chunk=head_chunk,
@@ -189,7 +193,12 @@ def _phases(
             "gathered": gathered,
             "activations": saved.total,
             "backward": memory.backward_extra(
-                shape, window, compute_bytes=c, head_chunk=head_chunk, activation_offload=a.activation_offload
+                shape,
+                window,
+                compute_bytes=c,
+                entropy_grad=entropy_grad,
+                head_chunk=head_chunk,
+                activation_offload=a.activation_offload,
             ),
             **outside,
         },
