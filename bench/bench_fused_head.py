@@ -1,6 +1,7 @@
 """The fused output head against the whole logits: one packed PPO update with Qwen's 152K vocabulary.
 
 Usage: .venv/bin/python bench/bench_fused_head.py [--tokens 8192,16384,32768] [--unfused-max 16384] [--repeats 2]
+       .venv/bin/python bench/bench_fused_head.py --tokens 8192 --chunks 128,441,1024,2048   (the fused head's chunk)
 
 A random Qwen2 with Qwen2-7B's vocabulary (152,064, untied head) and a small body (2 layers, hidden 256, 4 / 2
 heads, MLP 512: the head is 39M of its 79M parameters, so the head decides the memory) goes through
@@ -10,7 +11,8 @@ of 256 prompt tokens and the rest response, packed into one row), the on-policy 
 `--repeats` updates after one warm-up) and the peak resident memory above the process's after loading. Fused and
 unfused alternate at each length; past `--unfused-max` only the fused head runs (the whole logits of 32K tokens are
 18.6 GiB in float32, and their gradient as much again: more than a 24 GiB machine has), beside what `or1 plan`'s terms
-count for the unfused update at that length. The last line is a JSON list of the cases.
+count for the unfused update at that length. With `--chunks` only the fused head runs, once per chunk size (positions
+per chunk; `actor.head_chunk_tokens`), to choose its default. The last line is a JSON list of the cases.
 """
 
 from __future__ import annotations
@@ -69,7 +71,7 @@ def batch(tokens: int):
     return Batch(t)
 
 
-def run_case(model_dir: str, tokens: int, fused: bool, repeats: int) -> dict:
+def run_case(model_dir: str, tokens: int, fused: bool, repeats: int, chunk: int | None) -> dict:
     import torch.distributed as dist
 
     from or1.algos.losses import LossConfig
@@ -83,7 +85,7 @@ def run_case(model_dir: str, tokens: int, fused: bool, repeats: int) -> dict:
         remove_padding=True,
         max_tokens_per_micro_batch=tokens,
         fused_head=fused,
-        head_chunk_tokens=1024,
+        head_chunk_tokens=chunk,  # None: the default, as or1 train runs it
     )
     engine = FSDPPolicyEngine(model_dir, settings)
     work = batch(tokens)
@@ -96,12 +98,13 @@ def run_case(model_dir: str, tokens: int, fused: bool, repeats: int) -> dict:
     return {
         "tokens": tokens,
         "fused": fused,
+        "chunk": chunk,
         "s_per_token": statistics.median(seconds[1:]) / tokens,
         "peak_gib": rss_gib() - base,
     }
 
 
-def planned_gib(tokens: int, fused: bool) -> float:
+def planned_gib(tokens: int, fused: bool, chunk: int | None = None) -> float:
     """What or1 plan's terms count for this update above the loaded parameters (float32, one rank): gradients and
     AdamW moments, the saved activations and the backward's transients, with the whole logits or the fused head."""
     from or1.plan import memory
@@ -112,7 +115,7 @@ def planned_gib(tokens: int, fused: bool) -> float:
         shape = read_model_shape(Path(folder))
     scored = SEQUENCES * (tokens // SEQUENCES - PROMPT)
     window = memory.Window(tokens=tokens, logits=scored, scored=scored)
-    chunk = memory.fused_head_chunk(shape) if fused else None
+    chunk = (chunk or memory.fused_head_chunk(shape)) if fused else None
     saved = memory.saved_activations(
         shape,
         window,
@@ -123,7 +126,7 @@ def planned_gib(tokens: int, fused: bool) -> float:
         head_chunk=chunk,
     )
     shards = memory.ShardState.of(shape, 1)
-    backward = memory.backward_extra(shape, window, compute_bytes=4, head_chunk=chunk)
+    backward = memory.backward_extra(shape, window, compute_bytes=4, entropy_grad=True, head_chunk=chunk)
     return (shards.gradients + shards.optimizer + saved.total + backward) / GIB
 
 
@@ -155,33 +158,52 @@ def table(rows: list[dict]) -> str:
     return "\n".join(lines)
 
 
+def chunk_table(rows: list[dict]) -> str:
+    """Markdown: the fused head at each chunk size."""
+    lines = [
+        "| tokens | chunk | s / 1K tokens | peak GiB above load | or1 plan GiB |",
+        "|---|---|---|---|---|",
+    ]
+    for r in rows:
+        plan = planned_gib(r["tokens"], True, r["chunk"])
+        cells = "failed" if "error" in r else f"{r['s_per_token'] * 1000:.2f} | {r['peak_gib']:.2f}"
+        lines.append(f"| {r['tokens']:,} | {r['chunk'] or 'default'} | {cells} | {plan:.2f} |")
+    return "\n".join(lines)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--tokens", default="8192,16384,32768")
     parser.add_argument("--unfused-max", type=int, default=16384)
     parser.add_argument("--repeats", type=int, default=2)
-    parser.add_argument("--case", nargs=3, help=argparse.SUPPRESS)  # model_dir tokens fused: this process
+    parser.add_argument("--chunks", help="the fused head only, at these chunk sizes (positions)")
+    parser.add_argument(
+        "--case", nargs=4, help=argparse.SUPPRESS
+    )  # model_dir tokens fused chunk: this process
     args = parser.parse_args()
     if args.case:
-        model_dir, tokens, fused = args.case
-        print(json.dumps(run_case(model_dir, int(tokens), fused == "1", args.repeats)))
+        model_dir, tokens, fused, chunk = args.case
+        print(json.dumps(run_case(model_dir, int(tokens), fused == "1", args.repeats, int(chunk) or None)))
         return
+    chunks = [int(c) for c in args.chunks.split(",")] if args.chunks else [0]
     rows = []
     with tempfile.TemporaryDirectory() as folder:
         random_qwen2(Path(folder), SHAPE)
         for tokens in map(int, args.tokens.split(",")):
-            for fused in (True, False) if tokens <= args.unfused_max else (True,):
-                case = [folder, str(tokens), "1" if fused else "0"]
+            heads = (True, False) if tokens <= args.unfused_max and not args.chunks else (True,)
+            for fused, chunk in ((f, c) for f in heads for c in (chunks if f else [0])):
+                case = [folder, str(tokens), "1" if fused else "0", str(chunk)]
                 cmd = [sys.executable, __file__, "--repeats", str(args.repeats), "--case", *case]
                 done = subprocess.run(cmd, capture_output=True, text=True)
+                what = {"tokens": tokens, "fused": fused, "chunk": chunk or None}
                 if done.returncode == -9:  # the kernel's OOM killer: the case needs more memory than there is
-                    rows.append({"tokens": tokens, "fused": fused, "error": "killed: out of memory"})
+                    rows.append(what | {"error": "killed: out of memory"})
                 elif done.returncode != 0:
-                    rows.append({"tokens": tokens, "fused": fused, "error": done.stderr.strip()[-300:]})
+                    rows.append(what | {"error": done.stderr.strip()[-300:]})
                 else:
                     rows.append(json.loads(done.stdout.strip().splitlines()[-1]))
                 print(rows[-1], flush=True)
-    print("\n" + table(rows))
+    print("\n" + (chunk_table(rows) if args.chunks else table(rows)))
     print(json.dumps(rows))
 
 

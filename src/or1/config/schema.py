@@ -252,8 +252,8 @@ class ActorConfig(OptimConfig):
         None,
         ge=1,
         description="Positions per chunk of the fused head; None: as many as the losses' own float32 slices hold "
-        "(2**26 logits: 441 positions of a 152,064 vocabulary, 256 MiB a temporary), measured the fastest of "
-        "the sizes that keep the peak down (bench/bench_fused_head.py).",
+        "(2**26 logits: 441 positions of a 152,064 vocabulary, 256 MiB a temporary): measured the knee of time "
+        "against peak memory, 4% slower than 2,048 positions at a third of their peak (bench/bench_fused_head.py).",
     )
     head_dtype: Literal["model", "float32"] = Field(
         "model",
