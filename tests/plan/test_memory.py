@@ -339,7 +339,7 @@ def test_the_update_and_log_prob_peaks_at_the_allocator_are_the_plans_within_10_
     """One update and one log-prob pass (entropy bonus, its gradient through the head) on 2 gloo ranks: the most
     bytes the allocator held (shards, moments, gathered parameters, saved activations, the head's and the losses'
     transients, FSDP2's buffers) on the rank with the longer sequences, against the plan's phase at the budget less
-    what only a GPU has (context, NCCL's buffers). Measured 4.7-5.6% over: the plan counts every gradient at once
+    what only a GPU has (context, NCCL's buffers). Measured 0.7% under to 5.7% over: the plan counts all gradients
     (at the peak, early in the backward, few exist yet) and every sequence at the budget."""
     folder = tmp_path / "model"
     tiny_model(**PEAK_SHAPE).save_pretrained(folder)
@@ -350,7 +350,6 @@ def test_the_update_and_log_prob_peaks_at_the_allocator_are_the_plans_within_10_
     for phase in plan.phases:
         planned = sum(v for k, v in phase.parts.items() if k not in ("context", "nccl"))
         peak = max(rank[phase.name] for rank in measured)  # the rank with the longer sequences
-        print(name, phase.name, round(planned / peak, 3))
         assert abs(planned - peak) <= 0.10 * peak, (phase.name, planned / peak)
 
 
