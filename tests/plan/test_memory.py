@@ -1,6 +1,7 @@
 """The plan's figures against measurements on the CPU: FSDP2 shard bytes on 2 gloo ranks (the actor's and the
 frozen reference policy's), saved-activation bytes of one actor micro-batch (saved_tensors_hooks; padded, packed,
-and a packed 32K one), the parameter count, and vLLM's own KV-cache bytes per token."""
+and a packed 32K one), whole update and log-prob passes at the allocator's peak, the parameter count, and vLLM's own
+KV-cache bytes per token."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ from transformers import Qwen2Config, Qwen2ForCausalLM
 from gloo_ranks import spawn_ranks
 from or1.algos import losses
 from or1.algos.losses import LossConfig, entropy_from_logits, token_log_probs
+from or1.config.recipe import resolve
 from or1.engines import activation_offload, varlen
 from or1.engines.activation_offload import HostInputs
 from or1.engines.cpu_attention import use_grouped_sdpa
@@ -240,12 +242,12 @@ PEAK_PROMPT, PEAK_ROWS = 128, 4
 PEAK_CASES = {
     "packed-head": (896, True, False, False),
     "packed-ckpt-fused": (896, True, True, True),
-    "packed-head-six-slices": (2816, True, True, False),
+    "packed-ckpt-head-six-slices": (2816, True, True, False),
 }
 
 
 def peak_recipe(folder: Path, response: int, packed: bool, checkpointing: bool, fused: bool):
-    from or1.config.recipe import resolve
+    """The tiny recipe on the scaled model: one on-policy micro-batch of PEAK_ROWS sequences a rank."""
 
     def flag(on: bool) -> str:
         return str(on).lower()
@@ -332,7 +334,7 @@ def _peak_rank(rank: int, init_file: str, model_dir: str, case: tuple, out_file:
     [
         "packed-head",
         "packed-ckpt-fused",
-        pytest.param("packed-head-six-slices", marks=pytest.mark.slow),  # 4 GiB of logits a rank
+        pytest.param("packed-ckpt-head-six-slices", marks=pytest.mark.slow),  # 4 GiB of logits a rank
     ],
 )
 def test_the_update_and_log_prob_peaks_at_the_allocator_are_the_plans_within_10_percent(tmp_path, name):
