@@ -89,10 +89,8 @@ def micro_window(
     rows = a.micro_batch_size if budget is None else max(1, budget // seq)
     if a.remove_padding:  # one packed row
         tokens = max(seq, budget or rows * seq)
-        scored = int(tokens * response_share)
-        return Window(
-            tokens=tokens, logits=scored, scored=scored
-        )  # the head runs on the scored positions only
+        scored = int(tokens * response_share)  # the head runs on these positions only (packed_window)
+        return Window(tokens=tokens, logits=scored, scored=scored)
     return Window(tokens=rows * seq, logits=rows * (resp + 1), scored=rows * resp, mask=rows * seq * seq)
 
 
