@@ -9,8 +9,8 @@ FSDPPolicyEngine's update on one gloo rank, float32 as on the CPU: one micro-bat
 of 256 prompt tokens and the rest response, packed into one row), the on-policy step with an entropy bonus
 (the entropy's gradient through the head too). Each case runs in a process of its own: seconds per token (median of
 `--repeats` updates after one warm-up) and the peak resident memory above the process's after loading. Fused and
-unfused alternate at each length; past `--unfused-max` only the fused head runs (the whole logits of 32K tokens are
-18.6 GiB in float32, and their gradient as much again: more than a 24 GiB machine has), beside what `or1 plan`'s terms
+unfused alternate at each length; past `--unfused-max` only the fused head runs (in float32 the whole logits of 16K
+tokens, their gradient and a slice's gradient widened to them are 26 GiB: more than a 24 GiB machine has), beside what `or1 plan`'s terms
 count for the unfused update at that length. With `--chunks` only the fused head runs, once per chunk size (positions
 per chunk; `actor.head_chunk_tokens`), to choose its default. The last line is a JSON list of the cases.
 """
@@ -177,9 +177,8 @@ def main() -> None:
     parser.add_argument("--unfused-max", type=int, default=16384)
     parser.add_argument("--repeats", type=int, default=2)
     parser.add_argument("--chunks", help="the fused head only, at these chunk sizes (positions)")
-    parser.add_argument(
-        "--case", nargs=4, help=argparse.SUPPRESS
-    )  # model_dir tokens fused chunk: this process
+    # model_dir tokens fused chunk: one case, in this process
+    parser.add_argument("--case", nargs=4, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.case:
         model_dir, tokens, fused, chunk = args.case

@@ -98,9 +98,8 @@ class FSDPEngine:
         # Aliases of tied weights (lm_head.weight when embeddings are tied): left out of saved checkpoints.
         unique = {name for name, _ in model.named_parameters()}
         self.tied_aliases = {name for name, _ in model.named_parameters(remove_duplicate=False)} - unique
-        self.host_inputs = (
-            HostInputs()
-        )  # actor.activation_offload: this micro-batch's block inputs on the host
+        # actor.activation_offload: this micro-batch's block inputs on the host
+        self.host_inputs = HostInputs()
         if settings.gradient_checkpointing:
             offload = settings.activation_offload
             activation_offload.checkpoint_blocks(model, (lambda: self.host_inputs) if offload else None)

@@ -204,13 +204,13 @@ def backward_extra(
     c = compute_bytes
     back = 2 * window.tokens * shape.hidden * c if activation_offload else 0
     rows, slice_rows = _head_rows(shape, window, head_chunk)
-    temporaries = SLICE_TEMPORARIES_BACKWARD * slice_rows * shape.vocab * FLOAT32
-    if head_chunk is None and not logits_sliced(shape, window):
-        temporaries -= saved_logit_copies(entropy_grad) * slice_rows * shape.vocab * FLOAT32
-    elif (
-        head_chunk is None
-    ):  # each slice's gradient comes as a whole-logits tensor of zeros, added to the sum
+    slice_bytes = slice_rows * shape.vocab * FLOAT32
+    temporaries = SLICE_TEMPORARIES_BACKWARD * slice_bytes
+    if head_chunk is None and logits_sliced(shape, window):
+        # each slice's gradient comes as a whole-logits tensor of zeros, added to the sum
         temporaries = max(temporaries, rows * shape.vocab * c)
+    elif head_chunk is None:
+        temporaries -= saved_logit_copies(entropy_grad) * slice_bytes  # saved by the forward, already counted
     return (
         rows * shape.vocab * c
         + window.tokens * block_bytes_per_token(shape, c)
