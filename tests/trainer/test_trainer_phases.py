@@ -122,6 +122,14 @@ def test_the_old_log_prob_pass_is_fused_only_where_it_is_exact() -> None:
     assert fuses(["rollout.top_p=0.9"])  # repository timing: alpha_k does not depend on e_k
     assert not fuses(["rollout.engine=vllm", "rollout.temperature=0.8"], paper)
     assert fuses(["rollout.engine=vllm"], paper)
+    # asynchronous: the sampler's log-probs are of weights up to k updates old, not of the weights that step trains
+    sampled_ahead = [
+        "rollout.placement=separate",
+        "rollout.max_staleness=1",
+        "algorithm.rollout_correction.is_level=token",
+    ]
+    assert not fuses(sampled_ahead, paper)
+    assert fuses(sampled_ahead)
     # truncated importance weights pi_old / pi_sampler come from the update's own forward, row by row; rejection
     # changes the loss's token count, which the update needs before its first micro-batch
     assert fuses(["algorithm.rollout_correction.is_level=token"])

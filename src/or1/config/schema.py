@@ -222,7 +222,8 @@ class ActorConfig(OptimConfig):
         "that weight's on/off switch read from the sampler's log-probs of the same tokens (the same weights: equal to "
         "the actor's to ~1e-6 with the hf engine, ~1e-4 with vllm), which can differ only when e_k is that close "
         "to the target; with top_p < 1 (or vllm at temperature != 1), whose log-probs are of another distribution, "
-        "such a step runs the separate pass. recompute: always the separate pass, e_k always from it.",
+        "or rollout.max_staleness > 0, whose sampler ran older weights, such a step runs the separate pass. "
+        "recompute: always the separate pass, e_k always from it.",
     )
     offload: bool = Field(
         False,

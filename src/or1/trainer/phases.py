@@ -180,7 +180,8 @@ def fuses_old_log_prob(cfg: RunConfig, entropy: AdaptiveEntropyController) -> bo
     first; truncated importance weights the update computes itself, row by row) and the
     step's entropy weight before the update: exact unless it depends on e_k (`alpha_needs_estimate`), where the
     switch reads the sampler's log-probs, but only when those are of the training distribution (top_p 1; vLLM's
-    are of the unscaled logits, so also temperature 1).
+    are of the unscaled logits, so also temperature 1) and of the weights being trained (rollout.max_staleness 0:
+    an asynchronous batch was sampled with weights up to k updates older, whose entropy is not this step's e_k).
     """
     actor, rollout, kl = cfg.actor, cfg.rollout, cfg.algorithm.kl
     one_step = actor.ppo_epochs == 1 and cfg.trainer.batch_size // actor.ppo_mini_batch_size <= 1
@@ -188,7 +189,11 @@ def fuses_old_log_prob(cfg: RunConfig, entropy: AdaptiveEntropyController) -> bo
         return False
     if cfg.algorithm.rollout_correction.rejection != "off":
         return False
-    sampler_matches = rollout.top_p == 1.0 and (rollout.engine == "hf" or rollout.temperature == 1.0)
+    sampler_matches = (
+        rollout.max_staleness == 0
+        and rollout.top_p == 1.0
+        and (rollout.engine == "hf" or rollout.temperature == 1.0)
+    )
     return sampler_matches or not entropy.alpha_needs_estimate
 
 
