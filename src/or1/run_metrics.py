@@ -89,12 +89,23 @@ UPDATE_TFLOPS_PER_DEVICE = _declare(
     "perf/update_tflops_per_device", "TFLOP/s", "the update's model FLOPs per second per training device"
 )
 UPDATE_MFU = _declare("perf/update_mfu", "0-1", "perf/update_tflops_per_device over the device's peak")
+STEP_MFU = _declare(
+    "perf/step_mfu",
+    "0-1",
+    "the step's model FLOPs (generation's forward over every sampled sequence, the update's) over time/step, every "
+    "device the step used and their peak",
+)
 PEAK_TFLOPS_PER_DEVICE = _declare(
     "perf/peak_tflops_per_device", "TFLOP/s", "the peak perf/update_mfu divides by"
 )
 _declare("time/<phase>", "seconds", "a phase of the step: generate, reward, old_log_prob, update, ...")
 _declare("perf/share_<phase>", "fraction", "a phase's share of time/step: generate, reward, update, other")
-_declare("perf/<rate>_per_device", "tokens / s", "a perf/ rate over the training devices")
+_declare(
+    "perf/<rate>_per_device",
+    "tokens / s",
+    "a perf/ rate over its devices: generate over the rollout devices, update over the training devices, "
+    "tokens_per_s over every device the step used",
+)
 _declare("<ability>/reward_mean", "0-1", "reward/mean of one ability's responses (math, code), when mixed")
 _declare(
     "val/<set>/t<T>/avg@<n>", "0-1", "validation accuracy on a set at temperature T, n samples per problem"
@@ -115,6 +126,16 @@ def phase_share(phase: str) -> str:
 
 def per_device(rate: str) -> str:
     return f"{rate}_per_device"
+
+
+def devices_text(facts: dict[str, Any]) -> str:
+    """`2 devices` (colocated: the same devices sample and train), `1 training + 2 rollout devices` (separate), from
+    summary.json's `device_peak` (`or1.trainer.throughput.Throughput.facts`; a run from before the rollout count has only `devices`)."""
+    trained = facts["devices"]
+    step = facts.get("step_devices", trained)
+    if step == trained:
+        return f"{trained} device{'s' if trained > 1 else ''}"
+    return f"{trained} training + {step - trained} rollout devices"
 
 
 def ability_reward_mean(ability: str) -> str:

@@ -275,25 +275,28 @@ def test_throughput_table_and_figure(tmp_path: Path) -> None:
                 "perf/share_reward": 0.1,
                 "perf/share_update": 0.25,
                 "perf/share_other": 0.15,
+                "perf/step_mfu": 0.02,
             }
         )
     metrics.write_text("".join(json.dumps(row) + "\n" for row in rows))
     report = write_report(run)
     assert "throughput" in report.figures and is_png(report.figures["throughput"])
     text = report.markdown.read_text()
-    # medians over the 3 steps; the peak is the logged one until summary.json names its source
-    assert "| 1 | 200 (100) | 400 (200) | 0.01 | 4.0% | 0.25 | 50% / 10% / 25% / 15% |" in text
+    # medians over the 3 steps; the peak is the logged one until summary.json names its source and the devices
+    assert "| 1 | - | 200 (100) | 400 (200) | 0.01 | 4.0% | 2.0% | 0.25 | 50% / 10% / 25% / 15% |" in text
     summary = json.loads((run / "stage1" / "summary.json").read_text())
     summary["device_peak"] = {
         "devices": 2,
+        "rollout_devices": 4,
+        "step_devices": 6,
         "device": "NVIDIA H100 80GB HBM3",
         "tflops": 989.5,
         "source": "table",
     }
     (run / "stage1" / "summary.json").write_text(json.dumps(summary))
-    assert (
-        "| 0.01 | 4.0% | 989.5 (datasheet, NVIDIA H100 80GB HBM3) |" in write_report(run).markdown.read_text()
-    )
+    text = write_report(run).markdown.read_text()
+    assert "| 1 | 2 training + 4 rollout devices | 200 (100) |" in text
+    assert "| 0.01 | 4.0% | 2.0% | 989.5 (datasheet, NVIDIA H100 80GB HBM3) |" in text
 
 
 def drawn(run_dir: Path, name: str):

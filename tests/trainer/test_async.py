@@ -190,6 +190,7 @@ def command(run_dir: Path, model_dir: Path, data_dir: Path, resume: str) -> list
         data_dir / "train.parquet",
         *ASYNC,
         "trainer.devices_per_node=1",
+        "rollout.replicas=2",
         f"trainer.steps={STEPS}",
         "trainer.save_every=1",
         "trainer.keep_checkpoints=5",
@@ -230,6 +231,27 @@ def test_an_async_run_records_each_samples_policy_version(uninterrupted):
         rows = [json.loads(x) for x in (uninterrupted / "stage1" / "samples" / f"step_{step}.jsonl").open()]
         assert {r["policy_version"] for r in rows} == {max(0, step - 2)}
     assert any(k.startswith("val/") for r in records for k in r)  # validation ran on the replicas
+
+
+def test_each_rate_divides_by_the_devices_that_did_its_work(uninterrupted):
+    """1 training rank and 2 replicas: generation per device over the 2 replicas, the update over the 1 rank, the
+    whole step over all 3; summary.json and the step line name both kinds."""
+    summary = json.loads((uninterrupted / "stage1" / "summary.json").read_text())
+    facts = summary["device_peak"]
+    assert (facts["devices"], facts["rollout_devices"], facts["step_devices"]) == (1, 2, 3)
+    lines = (uninterrupted / "stage1" / "metrics.jsonl").read_text().splitlines()
+    steps = [r for r in map(json.loads, lines) if "perf/generate_tokens_per_s" in r]
+    assert len(steps) == STEPS
+    for r in steps:
+        assert r["perf/generate_tokens_per_s_per_device"] == pytest.approx(
+            r["perf/generate_tokens_per_s"] / 2
+        )
+        assert 0 < r["perf/step_mfu"] < 1
+    trained = [r for r in steps if not r.get("skipped")]  # a step with no group to learn from trains nothing
+    assert trained
+    for r in trained:
+        assert r["perf/update_tokens_per_s_per_device"] == pytest.approx(r["perf/update_tokens_per_s"])
+        assert r["perf/tokens_per_s_per_device"] == pytest.approx(r["perf/tokens_per_s"] / 3)
 
 
 def test_resume_in_async_mode_ends_where_the_uninterrupted_run_ends(

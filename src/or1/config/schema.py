@@ -589,3 +589,17 @@ class RunConfig(Section):
     @property
     def world_size(self) -> int:
         return self.trainer.nnodes * self.trainer.devices_per_node
+
+    @property
+    def rollout_devices(self) -> int:
+        """The devices that sample: the training ranks when colocated; under the separate placement the replicas',
+        rollout.tensor_parallel_size each with vllm (one device, or one CPU core, each with hf)."""
+        r = self.rollout
+        if r.placement == "colocated":
+            return self.world_size
+        return r.replicas * (r.tensor_parallel_size if r.engine == "vllm" else 1)
+
+    @property
+    def step_devices(self) -> int:
+        """Every device a step uses: the training ranks, and the replicas' own under the separate placement."""
+        return self.world_size + (self.rollout_devices if self.rollout.placement == "separate" else 0)

@@ -38,9 +38,9 @@ def worker_runtime_env(extra: dict[str, Any] | None = None) -> dict[str, Any]:
 TOKEN_NOTICE_LOGGER = "ray._private.authentication.authentication_token_setup"
 
 
-def local_cpus(world_size: int) -> int:
-    """CPUs a local Ray offers: every core of the machine, and at least one per rank."""
-    return max(os.cpu_count() or 1, world_size)
+def local_cpus(processes: int) -> int:
+    """CPUs a local Ray offers: every core of the machine, and at least one per worker process (rank or replica)."""
+    return max(os.cpu_count() or 1, processes)
 
 
 @contextmanager

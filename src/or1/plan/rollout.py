@@ -128,7 +128,7 @@ def replica_phases(
         },
     )
     notes, problems = engine_check(cfg, shape, kv, c, r.replicas)
-    needed = cfg.trainer.nnodes * cfg.trainer.devices_per_node + r.replicas * r.tensor_parallel_size
+    needed = cfg.step_devices
     if needed > cfg.trainer.nnodes * device.count:
         problems.append(
             f"the separate placement needs {needed} GPUs (trainer.devices_per_node {cfg.trainer.devices_per_node} "

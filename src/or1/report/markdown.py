@@ -14,11 +14,13 @@ from or1.run_metrics import (
     REJECTED_FRAC,
     REWARD_MEAN,
     SKIPPED,
+    STEP_MFU,
     STEP_SECONDS,
     UPDATE_MFU,
     UPDATE_TFLOPS_PER_DEVICE,
     UPDATE_TOKENS_PER_S,
     VALIDATION_PREFIX,
+    devices_text,
     is_training_step,
     is_validation_accuracy,
     per_device,
@@ -84,23 +86,27 @@ def stage_table(run: RunFiles) -> list[str]:
 
 
 THROUGHPUT_NOTE = (
-    "Medians over each stage's trained steps. Tokens per second: generated response tokens over the generation "
-    "phase, and prompt + response tokens through the update (times its epochs) over the update phase, in all and "
-    "per device (the training ranks). MFU: the update's model FLOPs (forward + backward from the architecture, "
-    "causal attention per sequence, no activation recompute) over the devices' peak, a GPU's dense bf16 datasheet "
-    "figure or, on a CPU, a matmul benchmark measured at the stage's start. Step time: each phase's share of "
-    "the step (reward: the scoring left after generation; other: log-prob passes, critic, the controller).",
+    "Medians over each stage's trained steps. Devices: the training ranks, and under the separate placement the "
+    "rollout replicas' own (colocated, the same devices sample and train). Tokens per second: generated response "
+    "tokens over the generation phase, and prompt + response tokens through the update (times its epochs) over the "
+    "update phase, in all and per device (generation's over the devices that sample, the update's over the "
+    "training ranks). MFU: the update's model FLOPs (forward + backward from the architecture, causal attention "
+    "per sequence, no activation recompute) over the training ranks' peak, a GPU's dense bf16 datasheet figure or, "
+    "on a CPU, a matmul benchmark measured at the stage's start; step MFU: generation's forward and the update's "
+    "FLOPs over the whole step and every device it used. Step time: each phase's share of the step (reward: the "
+    "scoring left after generation; other: log-prob passes, critic, the controller).",
 )
 
 
 def throughput_table(run: RunFiles) -> list[str]:
     rows = [
-        "| stage | generate tok/s (per device) | update tok/s (per device) | update TFLOP/s per device | MFU "
-        "| peak TFLOP/s per device | step time: generate / reward / update / other |",
-        "|---|---|---|---|---|---|---|",
+        "| stage | devices | generate tok/s (per device) | update tok/s (per device) | update TFLOP/s per device "
+        "| MFU | step MFU | peak TFLOP/s per device | step time: generate / reward / update / other |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for stage in run.stages:
         trained = [r for r in stage.records if is_training_step(r) and not r.get(SKIPPED)]
+        facts = (stage.summary or {}).get("device_peak") or {}
 
         def median(key: str, trained: list = trained) -> float | None:
             values = [float(r[key]) for r in trained if isinstance(r.get(key), int | float)]
@@ -114,11 +120,14 @@ def throughput_table(run: RunFiles) -> list[str]:
 
         if median(GENERATE_TOKENS_PER_S) is None:
             continue
-        tflops, mfu = median(UPDATE_TFLOPS_PER_DEVICE), median(UPDATE_MFU)
+        tflops = median(UPDATE_TFLOPS_PER_DEVICE)
+        mfu, step_mfu = median(UPDATE_MFU), median(STEP_MFU)
         shares = [median(phase_share(k)) for k in ("generate", "reward", "update", "other")]
         rows.append(
-            f"| {stage.name} | {rate(GENERATE_TOKENS_PER_S)} | {rate(UPDATE_TOKENS_PER_S)} | "
+            f"| {stage.name} | {devices_text(facts) if 'devices' in facts else '-'} | "
+            f"{rate(GENERATE_TOKENS_PER_S)} | {rate(UPDATE_TOKENS_PER_S)} | "
             f"{'-' if tflops is None else f'{tflops:.3g}'} | {'-' if mfu is None else f'{mfu:.1%}'} | "
+            f"{'-' if step_mfu is None else f'{step_mfu:.1%}'} | "
             f"{peak_text(stage, median(PEAK_TFLOPS_PER_DEVICE))} | "
             f"{' / '.join('-' if v is None else f'{v:.0%}' for v in shares)} |"
         )

@@ -48,7 +48,7 @@ def launch(request: TrainRequest, console: Console | None = None) -> Path:
 
         with ThreadPoolExecutor(1) as imports:
             runner = imports.submit(_import_stage_runner)
-            widest = max(cfg.world_size for cfg in stages)
+            widest = max(cfg.step_devices for cfg in stages)  # the ranks and, separate, the replicas
             with ray_session(request.ray_address, num_cpus=local_cpus(widest)):
                 stop.install()  # ray.init replaced the SIGTERM handler with one that exits mid-call
                 return runner.result().run_stages(request, stages, run_dir, console, stop)

@@ -194,7 +194,7 @@ def rates(
     """The step's perf/ throughput and MFU (`throughput`); none without a Throughput."""
     if t.throughput is None:
         return {}
-    return t.throughput.metrics(timings, timer.tokens.get("generate", 0.0), trained)
+    return t.throughput.metrics(timings, timer.generated, trained)
 
 
 def _finish_step(t: Trainer, step: int, metrics: dict[str, float], sampled: Batch | None = None) -> None:

@@ -84,13 +84,10 @@ class Separate:
             sampled = self.ready.pop(step)
             ahead, in_flight = len(self.ready), self.in_flight
         timer.add("trainer_idle", time.perf_counter() - began)
-        for (
-            phase,
-            seconds,
-        ) in sampled.timer.seconds.items():  # the sampling's phases, overlapped with training
+        # the sampling's phases, overlapped with training
+        for phase, seconds in sampled.timer.seconds.items():
             timer.add(phase, seconds)
-        for phase, tokens in sampled.timer.tokens.items():
-            timer.add_tokens(phase, tokens)
+        timer.generated.extend(sampled.timer.generated)
         staleness = (step - 1) - sampled.batch.tensors[POLICY_VERSION].float()
         sampled.metrics = {
             "async/staleness_mean": float(staleness.mean()),

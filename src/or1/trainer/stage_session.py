@@ -145,11 +145,9 @@ def start_worker_groups(
 def start_rollout_replicas(cfg: RunConfig, model_path: str) -> WorkerGroup:
     """rollout.replicas engines of rollout.tensor_parallel_size devices each (one CPU core each on the CPU), on the
     stage's start weights."""
-    r = cfg.rollout
-    tp = r.tensor_parallel_size if r.engine == "vllm" else 1
     threads = worker_threads(cfg)
     replicas = WorkerGroup(
-        ResourcePool(1, r.replicas * tp, use_gpu=uses_gpu(cfg)),
+        ResourcePool(1, cfg.rollout_devices, use_gpu=uses_gpu(cfg)),
         RolloutWorker,
         init_kwargs={"config": cfg, "model_path": model_path, "threads": threads},
         name="rollout",
@@ -165,9 +163,7 @@ def start_rollout_replicas(cfg: RunConfig, model_path: str) -> WorkerGroup:
 
 def worker_threads(cfg: RunConfig) -> int:
     """torch threads per worker process: trainer.threads_per_worker, else the machine's cores over every process."""
-    r = cfg.rollout
-    processes = cfg.world_size + (r.replicas * r.tensor_parallel_size if r.placement == "separate" else 0)
-    return cfg.trainer.threads_per_worker or max(1, (os.cpu_count() or 1) // processes)
+    return cfg.trainer.threads_per_worker or max(1, (os.cpu_count() or 1) // cfg.step_devices)
 
 
 @dataclass

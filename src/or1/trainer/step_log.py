@@ -47,12 +47,13 @@ from or1.scoring import slowest_rows
 
 class PhaseTimer:
     """Wall time of each phase of one step: `with timer("generate"): ...`; `timer.metrics()` -> time/<phase>.
-    `tokens` holds what a phase worked through (`generate`: the responses of every sampling round), for its rate."""
+    `generated` holds each generated row's (prompt + response, response) tokens, every sampling round's, for the
+    generation's rate and FLOPs."""
 
     def __init__(self) -> None:
         self.start = time.perf_counter()
         self.seconds: dict[str, float] = {}
-        self.tokens: dict[str, float] = {}
+        self.generated: list[tuple[int, int]] = []
 
     @contextmanager
     def __call__(self, phase: str) -> Iterator[None]:
@@ -65,9 +66,6 @@ class PhaseTimer:
     def add(self, phase: str, seconds: float) -> None:
         """Count `seconds` measured elsewhere (a verifier's share of the reward phase) under `phase`."""
         self.seconds[phase] = self.seconds.get(phase, 0.0) + seconds
-
-    def add_tokens(self, phase: str, tokens: float) -> None:
-        self.tokens[phase] = self.tokens.get(phase, 0.0) + tokens
 
     def metrics(self) -> dict[str, float]:
         out = {phase_seconds(k): v for k, v in self.seconds.items()}

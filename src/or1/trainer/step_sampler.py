@@ -15,6 +15,7 @@ from or1.algos.filters import RefillBuffer
 from or1.config.schema import RunConfig
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import (
+    ATTENTION_MASK,
     PROMPT_KEY,
     RESPONSE_LENGTH,
     REWARD_COLUMNS,
@@ -113,7 +114,8 @@ class StepSampler:
                     break
                 except ReplicaReplaced:
                     continue
-        timer.add_tokens("generate", float(batch.tensors[RESPONSE_LENGTH].sum()))
+        sequences = batch.tensors[ATTENTION_MASK].sum(-1).tolist()
+        timer.generated.extend(zip(sequences, batch.tensors[RESPONSE_LENGTH].tolist(), strict=True))
         with timer("reward"):
             scored = self.rewards.compute_scores(batch.only(REWARD_COLUMNS), session)
             batch = truncation_policy(

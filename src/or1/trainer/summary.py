@@ -27,12 +27,14 @@ from or1.run_metrics import (
     SOLVE_ALL_FRAC,
     SOLVE_NONE_FRAC,
     STEP,
+    STEP_MFU,
     STEP_SECONDS,
     TRUNCATED_FRAC,
     UPDATE_MFU,
     UPDATE_TOKENS_PER_S,
     VALIDATION_PREFIX,
     VALUE_LOSS,
+    devices_text,
     is_training_step,
     is_validation_accuracy,
     phase_share,
@@ -157,11 +159,12 @@ def throughput_line(summary: dict[str, Any]) -> str | None:
     if UPDATE_TOKENS_PER_S in t:
         parts.append(f", update {t[UPDATE_TOKENS_PER_S]:.0f}")
     if "devices" in peak:
-        parts.append(f" ({peak['devices']} device{'s' if peak['devices'] > 1 else ''})")
+        parts.append(f" ({devices_text(peak)})")
     if UPDATE_MFU in t and "tflops" in peak:
         where = "datasheet" if peak["source"] == "table" else "measured"
+        step = f", step MFU {t[STEP_MFU]:.1%}" if STEP_MFU in t else ""
         parts.append(
-            f", MFU {t[UPDATE_MFU]:.1%} of {peak['tflops']:.3g} TFLOP/s per device ({where}, "
+            f", MFU {t[UPDATE_MFU]:.1%}{step} of {peak['tflops']:.3g} TFLOP/s per device ({where}, "
             f"{peak['device']})"
         )
     shares = [
