@@ -1,4 +1,5 @@
-"""`or1 score`, `or1 eval` and `or1 report`: responses scored, a model evaluated, a run or evaluations reported."""
+"""`or1 score`, `or1 eval`, `or1 report` and `or1 export`: responses scored, a model evaluated, a run or evaluations
+reported, a stage's model exported."""
 
 from __future__ import annotations
 
@@ -177,3 +178,50 @@ def report_command(
         console.print(f"nothing logged yet for: {', '.join(report.missing)}")
     for line in report.gains:
         console.print(line)
+
+
+@app.command(
+    "export",
+    cls=Command,
+    epilog=examples(
+        "or1 export runs/tiny --stage 3 --out exports/tiny",
+        "or1 export runs/or1-7b --stage 1 --step 400 --out exports/or1-7b-s1-400 --dtype bfloat16",
+    ),
+)
+@user_errors
+def export_command(
+    run_dir: Annotated[Path, typer.Argument(help="A run directory of or1 train (runs/<recipe> by default).")],
+    stage: Annotated[int, typer.Option("--stage", "-s", help="Stage number (1-based).")],
+    out: Annotated[Path, typer.Option(help="The folder to write (renamed into place once checked).")],
+    step: Annotated[
+        int | None, typer.Option(help="A checkpoint's step; default: the stage's final model.")
+    ] = None,
+    dtype: Annotated[str, typer.Option(help="float32, bfloat16 or float16.")] = "float32",
+    shard_size: Annotated[float, typer.Option(help="Largest safetensors shard, in GiB.")] = 5.0,
+    vllm: Annotated[
+        bool, Flag("--vllm/--no-vllm", help="Also load it with vLLM, where installed, and check it.")
+    ] = True,
+    overwrite: Annotated[bool, OverwriteOpt(help="Replace a folder already at --out.")] = False,
+) -> None:
+    """Write a stage's model (or a checkpoint's) as a checked Hugging Face folder: safetensors shards with their
+    index, config, tokenizer, a model card and manifest.json; loaded back with transformers (and vLLM) and held to
+    or1's own log-probs on a fixed probe before it is renamed into place (docs/export.md)."""
+    from or1.export import export, find_source
+
+    if shard_size <= 0:
+        raise UserError(f"--shard-size {shard_size:g}: give a positive size in GiB")
+    console = Console(soft_wrap=True, highlight=False)
+    source = find_source(run_dir, stage, step)
+    console.print(f"exporting {source.folder} (stage {stage}, step {source.step}) to {out} in {dtype}")
+    manifest = export(
+        source, out, dtype=dtype, shard_bytes=int(shard_size * 2**30), vllm=vllm, overwrite=overwrite
+    )
+    probe = manifest["probe"]
+    vllm_check = probe["vllm"]
+    if isinstance(vllm_check, dict):
+        vllm_check = f"mean {vllm_check['mean_abs_diff']:.2g}"
+    console.print(
+        f"wrote {out} ({len(manifest['files'])} files); |log-prob difference| from or1's engine on a "
+        f"{probe['tokens']}-token probe: transformers largest {probe['transformers']['max_abs_diff']:.2g}, "
+        f"vLLM {vllm_check}"
+    )
