@@ -185,14 +185,13 @@ def last_validation(stage_dir: Path, step: int) -> dict[str, float]:
 
 
 def or1_commit() -> str | None:
-    """The git commit of the or1 source this runs from, when it is a checkout."""
+    """The git commit of the or1 source this runs from, when it runs from a checkout (src/or1/export/ in it)."""
+    root = Path(__file__).resolve().parents[3]
+    if not (root / ".git").exists():
+        return None  # an installed copy: its version says what it is
     try:
         done = subprocess.run(
-            ["git", "rev-parse", "HEAD"],
-            cwd=Path(__file__).parent,
-            capture_output=True,
-            text=True,
-            timeout=10,
+            ["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10
         )
     except (OSError, subprocess.TimeoutExpired):
         return None
