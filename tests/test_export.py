@@ -26,6 +26,7 @@ from or1.errors import UserError
 from or1.export.folder import MANIFEST_FILE, TOKENIZER_FILES, sha256, verify_export
 from or1.export.probe import probe_ids, transformers_log_probs
 from or1.hybrid.batch import Batch
+from or1.preflight import check_model_folder
 from or1.tokens import load_tokenizer, pad_id
 from or1.workers.rollout_rows import pack_sequences
 from or1.workers.weight_sync import actor_probe
@@ -160,6 +161,10 @@ def test_a_damaged_export_stops_with_one_line(exported: tuple[Path, Path], tmp_p
     first.write_bytes(bytes(data))
     with pytest.raises(UserError, match=f"{first.name} differs from the file exported"):
         verify_export(shard)
+    # what reads a model folder before a stage or an evaluation starts reads an export against its manifest too
+    with pytest.raises(UserError, match=f"{first.name} differs from the file exported"):
+        check_model_folder(shard, "--model")
+    check_model_folder(out, "--model")
     tokenizer = damaged(out, tmp_path / "tokenizer")
     (tokenizer / "tokenizer.json").unlink()
     with pytest.raises(UserError, match="lacks tokenizer.json"):
@@ -221,11 +226,14 @@ def test_ctrl_c_during_the_export_leaves_nothing_and_the_rerun_completes_it(
         [*cmd, "--no-vllm"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env()
     )
     deadline = time.monotonic() + 120
-    while not (partial / "config.json").is_file() and time.monotonic() < deadline:  # the weights are written
+    while not (partial / "config.json").is_file():  # the weights are written, the check not yet done
+        assert proc.poll() is None and time.monotonic() < deadline, (
+            "the export ended before it could be stopped"
+        )
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, err[-2000:]
+    assert proc.returncode == 130, (proc.returncode, err[-2000:])
     assert "interrupted" in err
     assert not out.exists() and not partial.exists()
     done = export(run, out, "--no-vllm")

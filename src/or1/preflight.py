@@ -17,6 +17,7 @@ from pathlib import Path
 
 from or1.config.schema import RunConfig
 from or1.errors import UserError
+from or1.export.folder import MANIFEST_FILE, verify_export
 from or1.layout import FINAL_DIR, finished_model, stage_directory
 
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.pt")
@@ -35,7 +36,8 @@ INSTALL_HINT = (
 
 
 def check_model_folder(path: str | Path, role: str = "model") -> None:
-    """`path` is a local Hugging Face model folder: config.json with a model_type, weights and a tokenizer."""
+    """`path` is a local Hugging Face model folder: config.json with a model_type, weights and a tokenizer; an or1
+    export's files are those its manifest.json lists."""
     folder = Path(path)
     hint = "build one with or1 init-model, or download a hub model first (huggingface-cli download ID --local-dir DIR)"
     if not folder.exists():
@@ -59,6 +61,8 @@ def check_model_folder(path: str | Path, role: str = "model") -> None:
         raise UserError(f"{role} {folder} has no weights (*.safetensors or pytorch_model*.bin); {hint}")
     if not any((folder / name).is_file() for name in TOKENIZER_FILES):
         raise UserError(f"{role} {folder} has no tokenizer (tokenizer.json or tokenizer_config.json); {hint}")
+    if (folder / MANIFEST_FILE).is_file():  # an or1 export (docs/export.md): every file as it was checked
+        verify_export(folder)
 
 
 def check_model(model: str | Path, role: str, timeout: float = 5.0) -> Path:
@@ -292,5 +296,6 @@ def check_runnable(cfg: RunConfig, run_dir: Path, ray_address: str | None = None
                 f"{stage_directory(run_dir, cfg.stage.index - 1) / FINAL_DIR} does not exist; run --stage "
                 f"{cfg.stage.index - 1} first"
             )
+        check_model_folder(previous, f"stage {cfg.stage.index - 1}'s final model")
         return str(previous)
     return str(check_model(cfg.model.path, "model.path:"))

@@ -332,8 +332,8 @@ def _peak_rank(rank: int, init_file: str, model_dir: str, case: tuple, out_file:
 @pytest.mark.parametrize(
     "name",
     [
-        "packed-head",
-        "packed-ckpt-fused",
+        "packed-ckpt-fused",  # the recipes' default; the whole logits' cases by -m slow (a minute each)
+        pytest.param("packed-head", marks=pytest.mark.slow),
         pytest.param("packed-ckpt-head-six-slices", marks=pytest.mark.slow),  # 4 GiB of logits a rank
     ],
 )

@@ -17,6 +17,7 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
+from or1.export import verify_export
 from or1.trainer.checkpoint import CheckpointManager
 from run_files import ENV, assert_same_weights, kill_while_writing, metrics, tiny_run, weights
 
@@ -73,6 +74,8 @@ def nudge_away_from(model_dir: Path, base: dict, step: float) -> None:
         away = torch.where(value >= base[name], 1.0, -1.0).to(value.dtype)
         tensors[name] = value + away * step
     save_file(tensors, path, metadata={"format": "pt"})
+    # no longer the weights its export checked: without the manifest it reads as a folder from before checked exports
+    (model_dir / "manifest.json").unlink()
 
 
 def digest(folder: Path) -> dict[str, str]:
@@ -117,6 +120,10 @@ def test_stage2_killed_then_resumed_equals_uninterrupted_stage2(
 ) -> None:
     source = tmp_path / "source"
     run(command(source, tiny_model_dir, tiny_data_dir, "never"))
+    # stage 1's final model was checked against the live actor before it was put in place
+    manifest = verify_export(source / "stage1" / "final")
+    assert manifest["source"] == f"the live actor after step {STEPS}"
+    assert manifest["probe"]["transformers"]["max_abs_diff"] <= 1e-5
     lr = yaml.safe_load((source / "stage1" / "config.yaml").read_text())["actor"]["lr"]
     nudge_away_from(source / "stage1" / "final", weights(tiny_model_dir), 4 * lr)
     stage1 = digest(source / "stage1")

@@ -32,12 +32,14 @@ from or1.export.folder import (
     DTYPES,
     MANIFEST_FILE,
     copy_tokenizer,
+    declared_dtype,
+    set_config_dtype,
     sha256,
     verify_export,
     write_config,
     write_weights,
 )
-from or1.export.probe import check_probe
+from or1.export.probe import check_probe, compare
 from or1.layout import (
     CHECKPOINT_MODEL_DIR,
     CHECKPOINT_STEP,
@@ -50,7 +52,7 @@ from or1.layout import (
 )
 from or1.run_metrics import is_training_step, is_validation_accuracy, read_metrics
 
-__all__ = ["Source", "export", "find_source", "verify_export"]
+__all__ = ["Source", "check_stage_final", "export", "find_source", "verify_export"]
 
 
 @dataclass(frozen=True)
@@ -107,36 +109,60 @@ def export(
         raise UserError(f"--dtype {dtype}: choose one of {', '.join(DTYPES)}")
     if out.exists() and not overwrite:
         raise UserError(f"{out} exists; choose another --out, or pass --overwrite to replace it")
-    partial = out.with_name(f".{out.name}.partial")
-    # an earlier export killed before it could clean up: start over
-    shutil.rmtree(partial, ignore_errors=True)
-    partial.mkdir(parents=True)
+    partial = partial_folder(out)
     try:
-        manifest = write_and_check(source, partial, dtype, shard_bytes, vllm)
+        write_weights(source.folder, partial, dtype, shard_bytes)
+        write_config(source.folder, partial, dtype)
+        copy_tokenizer(source.folder, partial)
+        probe = check_probe(source.folder, partial, dtype, vllm=vllm)
+        manifest = seal(source, partial, dtype, probe, origin=str(source.folder.resolve()))
     except BaseException:  # a failed check, Ctrl-C: nothing half-written stays
         shutil.rmtree(partial, ignore_errors=True)
         raise
-    if out.exists():
-        shutil.rmtree(out)
-    os.replace(partial, out)
+    put_in_place(partial, out)
     return manifest
 
 
-def write_and_check(
-    source: Source, partial: Path, dtype: str, shard_bytes: int, vllm: bool
+def check_stage_final(
+    source: Source, partial: Path, ids: list[int], reference: list[float], compute_dtype: str
 ) -> dict[str, Any]:
-    """The export's files in `partial`, checked (the module docstring); its manifest."""
-    write_weights(source.folder, partial, dtype, shard_bytes)
-    write_config(source.folder, partial, dtype)
-    copy_tokenizer(source.folder, partial)
-    probe = check_probe(source.folder, partial, dtype, vllm=vllm)
-    (partial / CARD_FILE).write_text(model_card(source, dtype, probe))
+    """A stage's final model as the workers wrote it into `partial`, held to the live actor's log-probs of the probe
+    (`reference`, computed in `compute_dtype`): loaded with transformers in float32, every token within
+    FLOAT32_TOLERANCE of a float32 actor's, the mean within HALF_TOLERANCE of a 16-bit-compute one's (vLLM is not
+    loaded here: the rollout engine's own weights-push check covers it during training); then sealed. The manifest,
+    or a one-line UserError (the caller keeps the checkpoint)."""
+    set_config_dtype(partial)
+    dtype = declared_dtype(partial)
+    exact = compute_dtype == dtype == "float32"
+    probe = compare(partial, ids, reference, dtype, exact=exact, vllm=False)
+    return seal(source, partial, dtype, probe, origin=f"the live actor after step {source.step}")
+
+
+def partial_folder(out: Path) -> Path:
+    """The empty folder beside `out` an export is written into (an earlier one, killed before it could clean up,
+    is started over)."""
+    partial = out.with_name(f".{out.name}.partial")
+    shutil.rmtree(partial, ignore_errors=True)
+    partial.mkdir(parents=True)
+    return partial
+
+
+def put_in_place(partial: Path, out: Path) -> None:
+    """Rename a checked folder onto `out`, replacing an older one."""
+    if out.exists():
+        shutil.rmtree(out)
+    os.replace(partial, out)
+
+
+def seal(source: Source, partial: Path, dtype: str, probe: dict[str, Any], origin: str) -> dict[str, Any]:
+    """The model card and manifest.json of a checked folder, which is then read back against them; the manifest."""
+    (partial / CARD_FILE).write_text(model_card(source, dtype, probe, origin))
     config = source.stage_dir / CONFIG_FILE
     manifest = {
         "run": str(source.run_dir.resolve()),
         "stage": source.stage,
         "step": source.step,
-        "source": str(source.folder.resolve()),
+        "source": origin,
         "config_sha256": sha256(config) if config.is_file() else None,
         "or1": {"version": __version__, "commit": or1_commit()},
         "dtype": dtype,
@@ -148,7 +174,7 @@ def write_and_check(
     return manifest
 
 
-def model_card(source: Source, dtype: str, probe: dict[str, Any]) -> str:
+def model_card(source: Source, dtype: str, probe: dict[str, Any], origin: str) -> str:
     config = source.stage_dir / CONFIG_FILE
     recipe = "-"
     if config.is_file():
@@ -162,7 +188,7 @@ def model_card(source: Source, dtype: str, probe: dict[str, Any]) -> str:
         f"Trained with or1 {__version__} (recipe `{recipe}`), exported by `or1 export` in {dtype}.",
         "",
         f"- run: `{source.run_dir}`, stage {source.stage}, step {source.step}",
-        f"- weights: `{source.folder}`",
+        f"- weights: {origin}",
         f"- probe: transformers' log-probs within {probe['transformers']['max_abs_diff']:.2g} of or1's engine "
         f"(largest, {probe['tokens']} tokens)",
     ]

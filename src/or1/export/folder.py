@@ -91,9 +91,7 @@ def write_weights(src: Path, dst: Path, dtype: str, shard_bytes: int) -> None:
 def write_config(src: Path, dst: Path, dtype: str) -> None:
     """config.json with its dtype the shards' (both key spellings transformers has used), generation_config.json."""
     config = json.loads((src / "config.json").read_text())
-    config["dtype"] = dtype
-    if "torch_dtype" in config:
-        config["torch_dtype"] = dtype
+    set_dtype(config, dtype)
     (dst / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
     if (src / "generation_config.json").is_file():
         shutil.copyfile(src / "generation_config.json", dst / "generation_config.json")
@@ -129,14 +127,42 @@ def verify_export(folder: Path) -> dict[str, Any]:
             raise UserError(f"{folder} lacks {name}, which its {MANIFEST_FILE} lists; export it again")
         if sha256(folder / name) != digest:
             raise UserError(f"{folder / name} differs from the file exported (SHA-256); export it again")
-    config = json.loads((folder / "config.json").read_text())
-    declared = config.get("dtype") or config.get("torch_dtype")
+    declared = declared_dtype(folder)
     stored = shard_dtypes(folder)
     if stored != {SAFETENSORS_DTYPES.get(declared, declared)}:
         raise UserError(
             f"{folder / 'config.json'} says dtype {declared} but the shards hold {', '.join(sorted(stored))}"
         )
     return manifest
+
+
+def declared_dtype(folder: Path) -> str | None:
+    """The dtype config.json gives the weights (`dtype`, or the older `torch_dtype`)."""
+    config = json.loads((folder / "config.json").read_text())
+    return config.get("dtype") or config.get("torch_dtype")
+
+
+def set_config_dtype(folder: Path) -> None:
+    """config.json's dtype set to the one its shards hold (a model loaded in float32 for training can keep the
+    hub's bfloat16 in its config)."""
+    names = {v: k for k, v in SAFETENSORS_DTYPES.items()}
+    stored = shard_dtypes(folder)
+    if len(stored) != 1 or next(iter(stored)) not in names:
+        raise UserError(
+            f"{folder} holds shards of {', '.join(sorted(stored)) or 'no'} dtype; expected one of F32, BF16, F16"
+        )
+    dtype = names[next(iter(stored))]
+    if declared_dtype(folder) != dtype:
+        config = json.loads((folder / "config.json").read_text())
+        set_dtype(config, dtype)
+        (folder / "config.json").write_text(json.dumps(config, indent=2, sort_keys=True) + "\n")
+
+
+def set_dtype(config: dict[str, Any], dtype: str) -> None:
+    """Both key spellings transformers has used."""
+    config["dtype"] = dtype
+    if "torch_dtype" in config:
+        config["torch_dtype"] = dtype
 
 
 def shard_dtypes(folder: Path) -> set[str]:

@@ -116,31 +116,36 @@ def gaps(a: list[float], b: list[float]) -> dict[str, float]:
 def check_probe(src: Path, written: Path, dtype: str, *, vllm: bool) -> dict[str, Any]:
     """The probe scored by or1's engine on the source and by transformers (and vLLM) on the written folder; a
     one-line UserError when a side disagrees past its tolerance (the module docstring)."""
-    ids = probe_ids(src)
-    reference = engine_log_probs(src)
+    return compare(written, probe_ids(src), engine_log_probs(src), dtype, exact=dtype == "float32", vllm=vllm)
+
+
+def compare(
+    written: Path, ids: list[int], reference: list[float], dtype: str, *, exact: bool, vllm: bool
+) -> dict[str, Any]:
+    """The written folder (its weights in `dtype`) scored by transformers (and vLLM) against `reference`, or1's own
+    log-probs of the probe: every token within FLOAT32_TOLERANCE when `exact` (both sides float32), else the mean
+    within HALF_TOLERANCE; the result, or a one-line UserError."""
     result: dict[str, Any] = {"tokens": len(reference)}
-    exact = dtype == "float32"
     got = gaps(transformers_log_probs(written, ids, dtype), reference)
     tolerance = FLOAT32_TOLERANCE if exact else HALF_TOLERANCE
     result["transformers"] = {**got, "tolerance": tolerance, "of": "max" if exact else "mean"}
     if not (got["max_abs_diff"] if exact else got["mean_abs_diff"]) <= tolerance:  # a NaN fails too
         raise UserError(
-            f"the export of {src} loaded with transformers scores the probe unlike or1's engine "
+            f"{written} loaded with transformers scores a fixed probe unlike or1's engine "
             f"({'largest' if exact else 'mean'} |log-prob difference| "
-            f"{got['max_abs_diff' if exact else 'mean_abs_diff']:.3g}, tolerance {tolerance:g}); nothing was "
-            "written at the destination"
+            f"{got['max_abs_diff' if exact else 'mean_abs_diff']:.3g}, tolerance {tolerance:g}); the export "
+            "is not put in place"
         )
     scored = vllm_log_probs(written, ids, dtype) if vllm else None
     if scored is None:
-        result["vllm"] = "not installed" if vllm else "skipped (--no-vllm)"
+        result["vllm"] = "not installed" if vllm else "skipped"
         return result
     got = gaps(scored, reference)
     tolerance = VLLM_FLOAT32_TOLERANCE if exact else HALF_TOLERANCE
     result["vllm"] = {**got, "tolerance": tolerance, "of": "mean"}
     if not got["mean_abs_diff"] <= tolerance:
         raise UserError(
-            f"the export of {src} loaded with vLLM scores the probe unlike or1's engine (mean |log-prob "
-            f"difference| {got['mean_abs_diff']:.3g}, tolerance {tolerance:g}); nothing was written at the "
-            "destination"
+            f"{written} loaded with vLLM scores a fixed probe unlike or1's engine (mean |log-prob difference| "
+            f"{got['mean_abs_diff']:.3g}, tolerance {tolerance:g}); the export is not put in place"
         )
     return result

@@ -88,7 +88,7 @@ def train_in_session(
                 f"checkpoint {trainer.checkpoints.latest()}"
             )
             trainer.prompt_stats.save(stage_dir / PROMPT_STATS_FILE)
-            actor.export_model(str(stage_dir / FINAL_DIR))
+            export_final(actor, start, trainer.step)
             if critic is not None:
                 critic.export_model(str(stage_dir / FINAL_CRITIC_DIR))
         finally:
@@ -140,6 +140,20 @@ def start_worker_groups(
         actor.shutdown()  # colocated roles share the actors: this ends the critic too
         raise
     return actor, critic, replicas
+
+
+def export_final(actor: WorkerGroup, start: StageStart, step: int) -> None:
+    """The stage's final model, written by the workers beside final/, checked against the live actor's log-probs,
+    sealed with its model card and manifest.json and renamed onto final/ (`or1.export`); a failed check stops the
+    chain with one line, the last checkpoint kept."""
+    from or1.export import Source, check_stage_final, partial_folder, put_in_place
+
+    final = start.stage_dir / FINAL_DIR
+    partial = partial_folder(final)
+    ids, log_probs, compute_dtype = actor.export_model(str(partial))[0]
+    source = Source(start.stage_dir.parent, start.cfg.stage.index, step, final, start.stage_dir)
+    check_stage_final(source, partial, ids, log_probs, compute_dtype)
+    put_in_place(partial, final)
 
 
 def start_rollout_replicas(cfg: RunConfig, model_path: str) -> WorkerGroup:

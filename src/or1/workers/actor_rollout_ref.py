@@ -187,8 +187,12 @@ class ActorRolloutRefWorker(RolloutRole, Worker):
             ProcessRNG().load_state_dict(torch.load(rng_file, weights_only=False))
 
     @register(Dispatch.ONE_TO_ALL)
-    def export_model(self, path: str) -> None:
-        """Rank 0 writes a plain HF model folder (weights, config, tokenizer) without optimizer state."""
+    def export_model(self, path: str) -> tuple[list[int], list[float], str]:
+        """Rank 0 writes a plain HF model folder (weights, config, tokenizer) without optimizer state. Returns what
+        the folder must reproduce (`or1.export.check_stage_final`): the push probe's ids, this actor's log-probs of
+        them and the compute dtype they were taken in."""
         self.actor.save(Path(path), with_optimizer=False)
         if self.rank == 0:
             self.tokenizer.save_pretrained(Path(path), save_jinja_files=False)
+        ids, log_probs = actor_probe(self.actor, self.tokenizer, self.tokenizer.pad_token_id or 0)
+        return ids, log_probs, self.actor.settings.compute_dtype
