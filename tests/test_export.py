@@ -23,9 +23,10 @@ from or1.engines.fsdp_actor import FSDPPolicyEngine
 from or1.engines.loading import load_causal_lm
 from or1.engines.train_settings import TrainSettings
 from or1.errors import UserError
-from or1.export.folder import MANIFEST_FILE, TOKENIZER_FILES, sha256, verify_export
+from or1.export.folder import TOKENIZER_FILES
 from or1.export.probe import probe_ids, transformers_log_probs
 from or1.hybrid.batch import Batch
+from or1.manifest import MANIFEST_FILE, sha256, verify_export
 from or1.preflight import check_model_folder
 from or1.tokens import load_tokenizer, pad_id
 from or1.workers.rollout_rows import pack_sequences

@@ -17,8 +17,8 @@ from pathlib import Path
 
 from or1.config.schema import RunConfig
 from or1.errors import UserError
-from or1.export.folder import MANIFEST_FILE, verify_export
 from or1.layout import FINAL_DIR, finished_model, stage_directory
+from or1.manifest import MANIFEST_FILE, verify_export
 
 WEIGHT_PATTERNS = ("*.safetensors", "pytorch_model*.bin", "*.pt")
 TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "tokenizer.model", "vocab.json")

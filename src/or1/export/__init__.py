@@ -27,18 +27,7 @@ from typing import Any
 
 from or1 import __version__
 from or1.errors import UserError
-from or1.export.folder import (
-    CARD_FILE,
-    DTYPES,
-    MANIFEST_FILE,
-    copy_tokenizer,
-    declared_dtype,
-    set_config_dtype,
-    sha256,
-    verify_export,
-    write_config,
-    write_weights,
-)
+from or1.export.folder import CARD_FILE, DTYPES, copy_tokenizer, set_config_dtype, write_config, write_weights
 from or1.export.probe import check_probe, compare
 from or1.layout import (
     CHECKPOINT_MODEL_DIR,
@@ -50,6 +39,7 @@ from or1.layout import (
     finished_model,
     stage_directory,
 )
+from or1.manifest import MANIFEST_FILE, declared_dtype, sha256, verify_export
 from or1.run_metrics import is_training_step, is_validation_accuracy, read_metrics
 
 __all__ = ["Source", "check_stage_final", "export", "find_source", "verify_export"]

@@ -3,7 +3,6 @@ read back against its manifest (`or1.export`)."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
@@ -12,13 +11,11 @@ from pathlib import Path
 from typing import Any
 
 from or1.errors import UserError
+from or1.manifest import SAFETENSORS_DTYPES, declared_dtype, shard_dtypes
 
-MANIFEST_FILE = "manifest.json"
 INDEX_FILE = "model.safetensors.index.json"
 CARD_FILE = "README.md"
 DTYPES = ("float32", "bfloat16", "float16")
-# safetensors' names of the dtypes an export writes
-SAFETENSORS_DTYPES = {"float32": "F32", "bfloat16": "BF16", "float16": "F16"}
 TOKENIZER_FILES = (
     "tokenizer.json",
     "tokenizer_config.json",
@@ -113,35 +110,6 @@ def copy_tokenizer(src: Path, dst: Path) -> None:
         shutil.copyfile(src / name, dst / name)
 
 
-def verify_export(folder: Path) -> dict[str, Any]:
-    """An export read back against its manifest: every file there with its hash, config.json's dtype the shards';
-    a one-line UserError naming the first thing wrong. The manifest."""
-    path = folder / MANIFEST_FILE
-    try:
-        manifest = json.loads(path.read_text())
-        files: dict[str, str] = manifest["files"]
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise UserError(f"{folder} is not a complete or1 export ({MANIFEST_FILE}: {err})") from None
-    for name, digest in files.items():
-        if not (folder / name).is_file():
-            raise UserError(f"{folder} lacks {name}, which its {MANIFEST_FILE} lists; export it again")
-        if sha256(folder / name) != digest:
-            raise UserError(f"{folder / name} differs from the file exported (SHA-256); export it again")
-    declared = declared_dtype(folder)
-    stored = shard_dtypes(folder)
-    if stored != {SAFETENSORS_DTYPES.get(declared, declared)}:
-        raise UserError(
-            f"{folder / 'config.json'} says dtype {declared} but the shards hold {', '.join(sorted(stored))}"
-        )
-    return manifest
-
-
-def declared_dtype(folder: Path) -> str | None:
-    """The dtype config.json gives the weights (`dtype`, or the older `torch_dtype`)."""
-    config = json.loads((folder / "config.json").read_text())
-    return config.get("dtype") or config.get("torch_dtype")
-
-
 def set_config_dtype(folder: Path) -> None:
     """config.json's dtype set to the one its shards hold (a model loaded in float32 for training can keep the
     hub's bfloat16 in its config)."""
@@ -163,21 +131,3 @@ def set_dtype(config: dict[str, Any], dtype: str) -> None:
     config["dtype"] = dtype
     if "torch_dtype" in config:
         config["torch_dtype"] = dtype
-
-
-def shard_dtypes(folder: Path) -> set[str]:
-    """The dtypes the folder's safetensors shards hold, from their headers."""
-    found = set()
-    for file in folder.glob("*.safetensors"):
-        with file.open("rb") as f:
-            header = json.loads(f.read(int.from_bytes(f.read(8), "little")))
-        found |= {v["dtype"] for k, v in header.items() if k != "__metadata__"}
-    return found
-
-
-def sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
