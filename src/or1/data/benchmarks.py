@@ -13,7 +13,6 @@ window already), so for it the filter is skipped and the summary says so.
 
 from __future__ import annotations
 
-import hashlib
 import os
 from dataclasses import dataclass
 from datetime import date
@@ -23,6 +22,7 @@ from typing import Any
 from or1.data.converters import record_date, to_or1_row
 from or1.data.records import read_records
 from or1.errors import UserError
+from or1.manifest import sha256 as file_sha256  # one file hash for benchmark files, data specs and exports
 
 BENCHMARKS_ENV = "OR1_BENCHMARKS"  # a folder of local benchmark files, laid out as the registry's `file`s
 LCB_WINDOW = (date(2024, 8, 1), date(2025, 2, 1))
@@ -139,14 +139,6 @@ def load_benchmark(
     if data is not None:
         return _from_file(spec.name, spec.ability, Path(data), window if spec.dated else None)
     return _from_hub(spec, window if spec.dated else None, folder, other_fix)
-
-
-def file_sha256(path: Path) -> str:
-    digest = hashlib.sha256()
-    with path.open("rb") as handle:
-        for block in iter(lambda: handle.read(1 << 20), b""):
-            digest.update(block)
-    return digest.hexdigest()
 
 
 def _convert(name: str, ability: str, records: list[dict[str, Any]], where: str) -> list[dict[str, Any]]:

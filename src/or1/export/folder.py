@@ -57,9 +57,9 @@ def write_weights(src: Path, dst: Path, dtype: str, shard_bytes: int) -> None:
     tensors = source_tensors(src)
     size = torch.empty((), dtype=getattr(torch, dtype)).element_size()
     numels = {}
-    for file, name in tensors:
+    for file in dict.fromkeys(file for file, _ in tensors):  # each file's header read once
         with safe_open(str(file), framework="pt") as f:
-            numels[name] = math.prod(f.get_slice(name).get_shape())
+            numels.update({name: math.prod(f.get_slice(name).get_shape()) for name in f.keys()})
     shards: list[list[str]] = [[]]
     filled = 0
     for _, name in tensors:
@@ -69,7 +69,7 @@ def write_weights(src: Path, dst: Path, dtype: str, shard_bytes: int) -> None:
             filled = 0
         shards[-1].append(name)
         filled += nbytes
-    where = dict((name, file) for file, name in tensors)
+    where = {name: file for file, name in tensors}
     weight_map = {}
     for i, names in enumerate(shards, 1):
         shard = f"model-{i:05d}-of-{len(shards):05d}.safetensors"
