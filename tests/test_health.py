@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from or1.algos.online_filter import PromptStats
-from or1.config.schema import HealthConfig
+from or1.config.schema import HealthConfig, TrainerConfig
 from or1.health import Advisor
 from or1.trainer.summary import stage_summary
 
@@ -111,7 +111,7 @@ def test_validation_flat_for_patience_evaluations_fires_once() -> None:
 def test_the_summary_lists_what_the_stage_fired(tmp_path: Path) -> None:
     records = stream(30, mismatch__k3_kl=lambda s: 0.01)
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
-    summary = stage_summary(tmp_path, {"stage": 1}, PromptStats(), HealthConfig())
+    summary = stage_summary(tmp_path, {"stage": 1}, PromptStats(), TrainerConfig())
     assert [a["rule"] for a in summary["advisories"]] == ["mismatch"]
     assert summary["advisories"][0]["step"] == 5
 

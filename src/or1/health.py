@@ -8,6 +8,9 @@ replays the stage's metrics.jsonl through the same rules (so a resumed stage lis
 
 Windows compare means over `window` steps: the latest against the first of the stage (what is "rising" or
 "falling"), so one noisy step never fires a rule.
+
+The same history drives the stage's stop rules (`trainer.until`, `config.schema.StopRules`): the first to fire ends
+the stage after that step (`StageEnd`). A resumed stage replays its metrics.jsonl, so it decides at the same step.
 """
 
 from __future__ import annotations
@@ -17,7 +20,7 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
-from or1.config.schema import HealthConfig
+from or1.config.schema import HealthConfig, StopRules
 from or1.run_metrics import (
     ENTROPY,
     MISMATCH_K3_KL,
@@ -27,7 +30,9 @@ from or1.run_metrics import (
     STEP,
     TOKENS_PER_S,
     TRUNCATED_FRAC,
-    is_validation_accuracy,
+    VALIDATION_ACCURACY,
+    VALIDATION_PREFIX,
+    is_training_step,
     phase_seconds,
 )
 
@@ -51,14 +56,17 @@ class Advisory:
 
 @dataclass
 class History:
-    """The values of each metric so far, by step (only steps that logged it; NaN left out, infinities kept)."""
+    """The values of each step metric so far, in step order (only steps that logged it; NaN left out, infinities
+    kept). Validation is `Validations`': a step validated or not adds the same values here."""
 
     values: dict[str, list[float]] = field(default_factory=dict)
-    steps: int = 0
+    # (key, window, level) -> (windows looked at, whether one was under level): `was_under`'s memory
+    _under: dict[tuple[str, int, float], tuple[int, bool]] = field(default_factory=dict)
 
     def add(self, record: Mapping[str, object]) -> None:
-        self.steps += 1
         for key, value in record.items():
+            if key == STEP or key.startswith(VALIDATION_PREFIX):
+                continue
             if isinstance(value, (int, float)) and not isinstance(value, bool) and not math.isnan(value):
                 self.values.setdefault(key, []).append(float(value))
 
@@ -66,6 +74,17 @@ class History:
         """The mean of the last `window` values (None before there are that many)."""
         values = self.values.get(key, [])
         return statistics.fmean(values[-window:]) if len(values) >= window else None
+
+    def was_under(self, key: str, window: int, level: float) -> bool:
+        """Whether the mean of some `window` consecutive values so far was under `level` (each window looked at
+        once, so a replay of a long stage stays linear)."""
+        values = self.values.get(key, [])
+        seen, under = self._under.get((key, window, level), (0, False))
+        while not under and seen + window <= len(values):
+            under = statistics.fmean(values[seen : seen + window]) < level
+            seen += 1
+        self._under[(key, window, level)] = (seen, under)
+        return under
 
     def first(self, key: str, window: int) -> float | None:
         """The mean of the first `window` values, once the latest window no longer overlaps them."""
@@ -179,63 +198,189 @@ RULES: dict[str, Rule] = {
 
 @dataclass
 class Validations:
-    """Each validation metric's values in order, for the rule that fires when one stops improving."""
+    """The stage's evaluations in order: each one's avg@k scores (val/<set>/t<T>/avg@<n>)."""
 
-    values: dict[str, list[float]] = field(default_factory=dict)
+    evaluations: list[dict[str, float]] = field(default_factory=list)
 
     def add(self, record: Mapping[str, object]) -> list[str]:
-        """Record the avg@k values of `record`; the keys that got a new value."""
-        keys = [k for k, v in record.items() if is_validation_accuracy(k) and isinstance(v, float)]
-        for key in keys:
-            self.values.setdefault(key, []).append(float(record[key]))  # type: ignore[arg-type]
-        return keys
+        """Record the avg@k values of `record`; their keys (none: not an evaluation)."""
+        scores = {
+            k: float(v)  # type: ignore[arg-type]
+            for k, v in record.items()
+            if VALIDATION_ACCURACY.match(k) and isinstance(v, (int, float))
+        }
+        if scores:
+            self.evaluations.append(scores)
+        return list(scores)
 
-    def flat(self, key: str, c: HealthConfig) -> float | None:
-        """The best of the last `validation_patience` evaluations when none beat the earlier best by
-        `validation_min_gain`, else None."""
-        values = self.values[key]
-        if len(values) <= c.validation_patience:
-            return None
-        earlier, recent = values[: -c.validation_patience], values[-c.validation_patience :]
-        return max(recent) if max(recent) < max(earlier) + c.validation_min_gain else None
+    def series(self, key: str) -> list[float]:
+        return [scores[key] for scores in self.evaluations if key in scores]
+
+    def set_scores(self, set_name: str | None) -> list[float]:
+        """Each evaluation's score of one set (the mean over its temperatures), or of every set when None."""
+        out = []
+        for scores in self.evaluations:
+            chosen = [
+                v
+                for k, v in scores.items()
+                if set_name is None or VALIDATION_ACCURACY.match(k)["set"] == set_name
+            ]
+            if chosen:
+                out.append(statistics.fmean(chosen))
+        return out
+
+
+def plateau(values: list[float], patience: int, min_gain: float) -> float | None:
+    """The best of the last `patience` values when none beat the best before them by `min_gain`, else None."""
+    if len(values) <= patience:
+        return None
+    earlier, recent = values[:-patience], values[-patience:]
+    return max(recent) if max(recent) < max(earlier) + min_gain else None
+
+
+@dataclass(frozen=True)
+class StageEnd:
+    """The stop rule that ended the stage: at which step, on which metric and value, and what it measured."""
+
+    rule: str
+    step: int
+    metric: str
+    value: float
+    detail: str
+
+    def line(self) -> str:
+        return f"until.{self.rule}: step {self.step}: {self.metric} = {self.value:.4g} ({self.detail})"
+
+    def as_dict(self) -> dict[str, object]:
+        return asdict(self)
+
+
+def set_metric(set_name: str | None) -> str:
+    """What a validation stop rule reads, as a metric name."""
+    return f"{VALIDATION_PREFIX}{set_name}" if set_name else f"{VALIDATION_PREFIX}mean"
+
+
+def truncated_stop(h: History, v: Validations, u: StopRules) -> tuple[str, float, str] | None:
+    """The share's mean over the window reached at_least, climbing from under it: a stage that starts truncated (an
+    8K stage starts near 40%) first has to come down."""
+    rule = u.truncated
+    share = h.latest(TRUNCATED_FRAC, rule.window) if rule is not None else None
+    if share is None or share < rule.at_least or not h.was_under(TRUNCATED_FRAC, rule.window, rule.at_least):
+        return None
+    return TRUNCATED_FRAC, share, f"mean of the last {rule.window} steps, up from under {rule.at_least:g}"
+
+
+def plateau_stop(h: History, v: Validations, u: StopRules) -> tuple[str, float, str] | None:
+    rule = u.plateau
+    if rule is None:
+        return None
+    scores = v.set_scores(rule.set)
+    best = plateau(scores, rule.evaluations, rule.min_gain)
+    if best is None:
+        return None
+    before = max(scores[: -rule.evaluations])
+    detail = (
+        f"{rule.evaluations} evaluations without beating the earlier best {before:.4g} by {rule.min_gain:g}"
+    )
+    return set_metric(rule.set), best, detail
+
+
+def target_stop(h: History, v: Validations, u: StopRules) -> tuple[str, float, str] | None:
+    rule = u.target
+    if rule is None:
+        return None
+    scores = v.set_scores(rule.set)
+    if len(scores) < 2:  # the stage's start is not a score it reached
+        return None
+    goal = rule.score if rule.score is not None else scores[0] + rule.gain
+    if scores[-1] < goal:
+        return None
+    if rule.score is not None:
+        return set_metric(rule.set), scores[-1], f"reached the target {rule.score:g}"
+    return set_metric(rule.set), scores[-1], f"{scores[-1] - scores[0]:+.4g} over the start's {scores[0]:.4g}"
+
+
+# A stop rule: (step history, evaluations, the stage's rules) -> (metric, value, what it measured) when it fires
+StopRule = Callable[[History, Validations, StopRules], tuple[str, float, str] | None]
+STEP_STOPS: dict[str, StopRule] = {"truncated": truncated_stop}
+VALIDATION_STOPS: dict[str, StopRule] = {"plateau": plateau_stop, "target": target_stop}
 
 
 class Advisor:
-    """Feeds a stage's step records to the rules in order; each rule (and each validation metric) fires once."""
+    """Feeds a stage's records to the health rules and the stop rules in order: each health rule (and each
+    validation metric) fires once; the first stop rule to fire sets `ended`.
 
-    def __init__(self, config: HealthConfig):
+    A step is observed in two parts, its step metrics and then its validation (`observe_step`,
+    `observe_validation`), because a stop rule that fires on the step metrics asks for a validation of that step, the
+    stage's last; a replay of the logged records observes the same two parts in the same order."""
+
+    def __init__(self, config: HealthConfig, until: StopRules | None = None):
         self.config = config
+        self.until = until or StopRules()
         self.history = History()
         self.validations = Validations()
         self.fired: list[Advisory] = []
+        self.ended: StageEnd | None = None
 
     def observe(self, record: Mapping[str, object]) -> list[Advisory]:
-        """The advisories this step's record fires (none when health checks are off)."""
+        """What a logged record (a step's, or step 0's validation) fires."""
+        step = int(record[STEP])  # type: ignore[call-overload]
+        fired = self.observe_step(step, record) if is_training_step(record) else []
+        return fired + self.observe_validation(step, record)
+
+    def observe_step(self, step: int, metrics: Mapping[str, object]) -> list[Advisory]:
+        """The advisories a trained step's metrics fire (none when health checks are off); a stop rule on them may
+        end the stage."""
+        self.history.add(metrics)
+        self._stop(step, STEP_STOPS)
         if not self.config.enabled:
             return []
-        step = int(record.get(STEP, self.history.steps))  # type: ignore[call-overload]
-        self.history.add(record)
+        done = {a.rule for a in self.fired}
+        new = [
+            Advisory(name, step, *hit)
+            for name, rule in RULES.items()
+            if name not in done and (hit := rule(self.history, self.config)) is not None
+        ]
+        self.fired.extend(new)
+        return new
+
+    def observe_validation(self, step: int, record: Mapping[str, object]) -> list[Advisory]:
+        """The advisories the evaluation in `record` fires (none without one); a stop rule on it may end the stage."""
+        keys = self.validations.add(record)
+        if keys:
+            self._stop(step, VALIDATION_STOPS)
+        if not self.config.enabled:
+            return []
         new = []
         done = {a.rule for a in self.fired}
-        for name, rule in RULES.items():
-            if name not in done and (hit := rule(self.history, self.config)) is not None:
-                new.append(Advisory(name, step, *hit))
-        for key in self.validations.add(record):
+        c = self.config
+        for key in keys:
             rule = f"validation:{key}"
-            if rule not in done and (best := self.validations.flat(key, self.config)) is not None:
+            best = plateau(self.validations.series(key), c.validation_patience, c.validation_min_gain)
+            if rule not in done and best is not None:
                 advice = (
-                    f"no gain over the last {self.config.validation_patience} evaluations (best {best:.1%}): "
+                    f"no gain over the last {c.validation_patience} evaluations (best {best:.1%}): "
                     "the stage may be done (go on to the next), or try a lower learning rate or harder data"
                 )
                 new.append(Advisory(rule, step, key, best, advice))
         self.fired.extend(new)
         return new
 
+    def _stop(self, step: int, rules: dict[str, StopRule]) -> None:
+        if self.ended is not None:
+            return
+        for name, rule in rules.items():
+            if (hit := rule(self.history, self.validations, self.until)) is not None:
+                self.ended = StageEnd(name, step, *hit)
+                return
+
     @classmethod
-    def replaying(cls, records: Iterable[Mapping[str, object]], config: HealthConfig) -> Advisor:
-        """An advisor that has seen `records` (a stage's metrics.jsonl so far): the summary reads its `fired`, a
-        resumed trainer goes on from it without firing again what already fired."""
-        advisor = cls(config)
+    def replaying(
+        cls, records: Iterable[Mapping[str, object]], config: HealthConfig, until: StopRules | None = None
+    ) -> Advisor:
+        """An advisor that has seen `records` (a stage's metrics.jsonl so far): the summary reads its `fired` and
+        `ended`, a resumed trainer goes on from it without firing again what already fired."""
+        advisor = cls(config, until)
         for record in records:
             advisor.observe(record)
         return advisor

@@ -4,6 +4,8 @@ Sources: the stage tables of the Skywork-OR1 technical report (He et al., arXiv 
 scripts of the SkyworkAI/Skywork-OR1 repository, or1_scripts/train/{7b,32b}_{8k,16k,32k}.sh (commit 64e96af).
 """
 
+from pathlib import Path
+
 import pytest
 
 from or1.config.recipe import RECIPES_DIR, load_recipe, resolve, stage_names
@@ -293,3 +295,17 @@ def test_gpu_settings_on_a_cpu_engine_are_refused():
             FSDPEngine(torch.nn.Linear(2, 2), settings)
     finally:
         dist.destroy_process_group()
+
+
+@pytest.mark.parametrize("recipe", sorted(p.stem for p in RECIPES_DIR.glob("*.yaml")))
+def test_stop_rules_read_the_stages_own_validation_sets_and_the_last_stage_has_none(recipe):
+    """A rule's set is one the stage validates (a benchmark's name or a file's stem; docs/stage-ends.md)."""
+    stages = len(stage_names(load_recipe(recipe)[1]))
+    for stage in range(1, stages + 1):
+        cfg = resolve(recipe, stage, ["trainer.steps=1"])
+        sets = {Path(str(getattr(e, "set", e))).stem for e in cfg.data.validation.sets}
+        until = cfg.trainer.until
+        for rule in (until.plateau, until.target):
+            assert rule is None or rule.set is None or rule.set in sets
+        if stage == stages:
+            assert until == type(until)(), "nothing follows the last stage: it runs its steps"

@@ -57,9 +57,9 @@ def main() -> None:
     print(f"processor: {machine_description()['cpu']}")
     print(
         "| kernel | seed | base | stage 1 | stage 2 | stage 3 | code base | code s1 | code s2 | code s3 "
-        "| always solved (1, 2) | result |"
+        "| stage 1 ends | always solved (1, 2) | result |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for kernel in args.kernels:
         for seed in args.seeds:
             r = measure(args.out, kernel, seed, args.set)
@@ -76,7 +76,10 @@ def main() -> None:
                 "code_stage3",
             )
             vals = " | ".join(f"{r[k]:.1%}" for k in keys)
-            print(f"| {kernel} | {seed} | {vals} | {r['always_solved']} | {r['result']} |", flush=True)
+            end = r["stage1_end"] or "-"
+            print(
+                f"| {kernel} | {seed} | {vals} | {end} | {r['always_solved']} | {r['result']} |", flush=True
+            )
 
 
 if __name__ == "__main__":

@@ -182,6 +182,7 @@ def readings(logs: dict[int, list[dict]], summaries: dict[int, dict], solved: di
         **{f"stage{stage}": logs[stage][-1][VAL] for stage in (1, 2, 3)},
         "code_base": logs[1][0][CODE_VAL],
         **{f"code_stage{stage}": logs[stage][-1][CODE_VAL] for stage in (1, 2, 3)},
+        "stage1_end": (summaries[1]["ended_by"] or {}).get("step"),
         "always_solved": [len(solved[1]), len(solved[2] - solved[1])],
         "filter_dropped": [summaries[s]["online_filter_dropped"] for s in (2, 3)],
     }
@@ -212,6 +213,13 @@ def check_chain(run: Path) -> dict:
     assert code_stage3 - code_base >= CODE_MARGIN, (
         f"the chain learned too little code: {code_base:.1%} -> {code_stage3:.1%}"
     )
+
+    # Stage 1's stop rule (stages/tiny.yaml: arithmetic validation 6 points over the base, every 20 steps) ends it
+    # before its steps; stages 2 and 3 have none and run theirs.
+    ended = summaries[1]["ended_by"]
+    assert ended is not None and ended["rule"] == "target", "stage 1's stop rule did not fire"
+    assert ended["step"] < STEPS[0] and summaries[1]["steps"] == ended["step"] == logs[1][-1]["step"]
+    assert [summaries[s]["ended_by"] for s in (2, 3)] == [None, None]
 
     # Start models: each stage starts from the previous one's final weights (the same validation, to the sample).
     for stage in (2, 3):

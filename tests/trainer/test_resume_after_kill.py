@@ -1,6 +1,7 @@
 """Kill a training run with SIGKILL while it writes a checkpoint, resume with --resume auto, and end exactly where
 an uninterrupted run of the same steps ends (weights and every non-timing metric): in stage 1, and in stage 2,
-which starts from stage 1's final model and online-filtered prompts and must leave stage 1's files alone."""
+which starts from stage 1's final model and online-filtered prompts, must leave stage 1's files alone, and ends by a
+stop rule (trainer.until) whose window the resume falls into."""
 
 from __future__ import annotations
 
@@ -23,6 +24,14 @@ from run_files import ENV, assert_same_weights, kill_while_writing, metrics, tin
 
 RECIPE = str(Path(__file__).resolve().parents[2] / "stages" / "tiny.yaml")
 STEPS = 4
+# Stage 2's stop rule: validated every step, no evaluation can beat the best before it by 2 (accuracy is at most 1),
+# so it fires at the third evaluation after the start's, step 3 of 4, whatever the scores.
+UNTIL_STEP = 3
+STAGE2_UNTIL = (
+    "data.validation.every=1",
+    "trainer.until.plateau.min_gain=2",
+    "trainer.until.plateau.evaluations=3",
+)
 
 
 def command(run_dir: Path, model_dir: Path, data_dir: Path, resume: str, stage: str = "1") -> list[str]:
@@ -34,6 +43,7 @@ def command(run_dir: Path, model_dir: Path, data_dir: Path, resume: str, stage: 
         "trainer.keep_checkpoints=5",
         f"data.validation.sets=[{data_dir / 'validation.parquet'}]",
         "data.validation.max_problems=8",
+        *(STAGE2_UNTIL if stage == "2" else ()),
     )
     code = (
         "import sys; from pathlib import Path; from or1.trainer.launch import launch; "
@@ -136,12 +146,14 @@ def test_stage2_killed_then_resumed_equals_uninterrupted_stage2(
         command(killed, tiny_model_dir, tiny_data_dir, "never", "2"), killed / "stage2" / "checkpoints", 3
     )
     manager = CheckpointManager(killed / "stage2", keep=5)
-    assert manager.latest() == manager.root / "step_2"
+    assert manager.latest() == manager.root / "step_2"  # evaluations at steps 0-2 logged: the rule's window
     resumed_out = run(command(killed, tiny_model_dir, tiny_data_dir, "auto", "2"))
 
     assert f"resuming stage 2 from {manager.root / 'step_2'}" in resumed_out
     assert metrics(killed, "2") == metrics(straight, "2")
-    assert [m["step"] for m in metrics(killed, "2")] == list(range(0, STEPS + 1))
+    assert [m["step"] for m in metrics(killed, "2")] == list(range(0, UNTIL_STEP + 1))
+    for out in (straight_out, resumed_out):
+        assert f"stage 2 ends at step {UNTIL_STEP} of {STEPS}: until.plateau: step {UNTIL_STEP}" in out
     assert_same_weights(weights(straight / "stage2" / "final"), weights(killed / "stage2" / "final"))
     assert not (manager.root / "step_3.tmp").exists()
 
@@ -155,7 +167,8 @@ def test_stage2_killed_then_resumed_equals_uninterrupted_stage2(
         summary = json.loads((run_dir / "stage2" / "summary.json").read_text())
         assert summary["start_model"] == str(run_dir / "stage1" / "final")
         assert summary["online_filter_dropped"] == {"stage1": int(dropped[1])}
-        assert summary["steps"] == STEPS
+        assert summary["steps"] == UNTIL_STEP
+        assert (summary["ended_by"]["rule"], summary["ended_by"]["step"]) == ("plateau", UNTIL_STEP)
         assert digest(run_dir / "stage1") == stage1
 
     # Stage 2 started from stage 1's final model, not from model.path (the base, still in the overrides): one fresh

@@ -4,7 +4,7 @@ import json
 from pathlib import Path
 
 from or1.algos.online_filter import PromptStats
-from or1.config.schema import HealthConfig
+from or1.config.schema import TrainerConfig
 from or1.trainer.summary import stage_summary, summary_lines
 
 VAL = "val/validation/t1/avg@5"
@@ -27,7 +27,7 @@ def test_summary_of_a_stage_with_a_skipped_step(tmp_path: Path) -> None:
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     stats = PromptStats()
     stats.update(["a", "a", "b", "b", "c"], [1.0, 1.0, 0.0, 0.0, 1.0])
-    summary = stage_summary(tmp_path, {"stage": 2}, stats, HealthConfig())
+    summary = stage_summary(tmp_path, {"stage": 2}, stats, TrainerConfig())
     assert summary["stage"] == 2 and summary["steps"] == 3 and summary["skipped_steps"] == 1
     assert summary["curves"]["reward/mean"] == {
         "first": 0.25,

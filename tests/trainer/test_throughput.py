@@ -14,7 +14,7 @@ from or1.algos.online_filter import PromptStats
 from or1.compute.flops import forward_flops, training_flops
 from or1.compute.peak import DevicePeak, table_tflops
 from or1.config.recipe import resolve
-from or1.config.schema import HealthConfig
+from or1.config.schema import TrainerConfig
 from or1.hybrid.batch import Batch
 from or1.plan.model import ModelShape
 from or1.run_metrics import devices_text
@@ -155,7 +155,7 @@ def test_summary_medians_and_peak(tmp_path: Path):
     ]
     (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
     peak = {"devices": 2, "device": "cpu (1 threads)", "tflops": 0.25, "source": "measured"}
-    summary = stage_summary(tmp_path, {"stage": 1, "device_peak": peak}, PromptStats(), HealthConfig())
+    summary = stage_summary(tmp_path, {"stage": 1, "device_peak": peak}, PromptStats(), TrainerConfig())
     assert summary["throughput"] == {
         "perf/generate_tokens_per_s": 200.0,  # the skipped step left out
         "perf/update_mfu": 0.02,

@@ -1,7 +1,8 @@
 """Load a recipe YAML, resolve one stage, apply `--set` overrides, and report mistakes as one clear line.
 
 Recipe layout: top-level sections shared by every stage (model, data, rollout, actor, critic, algorithm, reward,
-trainer) plus `stages:`, an ordered list whose entries have a `name`, an optional `steps` and any section overrides.
+trainer) plus `stages:`, an ordered list whose entries have a `name`, an optional `steps` (trainer.steps), optional
+stop rules `until` (trainer.until) and any section overrides.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from or1.errors import UserError
 # The config sections a recipe, a stage or `--set` may write: every RunConfig field but the derived recipe / stage.
 SECTIONS = tuple(name for name in RunConfig.model_fields if name not in ("recipe", "stage"))
 RECIPE_KEYS = {"name", "description", "stages", *SECTIONS}
-STAGE_KEYS = {"name", "steps", *SECTIONS}
+STAGE_KEYS = {"name", "steps", "until", *SECTIONS}
 RECIPES_DIR = Path(__file__).resolve().parents[3] / "stages"
 
 
@@ -94,8 +95,13 @@ def resolve(recipe: str, stage: str | int, overrides: list[str] | None = None) -
         for key in SECTIONS:
             if key in spec:
                 merged[key] = deep_merge(merged.get(key, {}), spec[key], f"{path}: stages[{i}].{key}")
+        trainer = merged.setdefault("trainer", {})
         if "steps" in spec:
-            merged.setdefault("trainer", {})["steps"] = spec["steps"]
+            trainer["steps"] = spec["steps"]
+        if "until" in spec:
+            trainer["until"] = deep_merge(
+                trainer.get("until", {}), spec["until"], f"{path}: stages[{i}].until"
+            )
     set_paths = []
     for item in overrides or []:
         set_paths.append(apply_override(merged, item))
@@ -181,6 +187,8 @@ def describe_error(
         source = f"--set {dotted}"
     elif _has_path(stage_spec, loc) or (loc[:2] == ("trainer", "steps") and "steps" in stage_spec):
         source = f"{path}: stages[{stage_pos}].{dotted}"
+    elif loc[:2] == ("trainer", "until") and _has_path(stage_spec, loc[1:]):
+        source = f"{path}: stages[{stage_pos}].{'.'.join(loc[1:])}"
     else:
         source = f"{path}: {dotted}"
     kind = first["type"]
@@ -189,7 +197,7 @@ def describe_error(
     elif kind == "missing":
         message = "missing required key"
     else:
-        message = f"{first['msg']} (got {first.get('input')!r})"
+        message = f"{first['msg'].removeprefix('Value error, ')} (got {first.get('input')!r})"
     return f"{source}: {message}"
 
 

@@ -462,6 +462,67 @@ class HealthConfig(Section):
     )
 
 
+class TruncationStop(Section):
+    """End the stage when its responses run into the length budget: the next stage's longer context is due."""
+
+    at_least: float = Field(
+        gt=0.0,
+        le=1.0,
+        description="Mean share of responses cut at the budget (response/truncated_frac) that ends it.",
+    )
+    window: int = Field(20, ge=1, description="Steps averaged, the latest ones.")
+
+
+class PlateauStop(Section):
+    """End the stage when validation stopped improving (the paper switched stages "when the curve flattens")."""
+
+    evaluations: int = Field(
+        3,
+        ge=1,
+        description="Evaluations in a row without a new best that end it (the start's counts as one).",
+    )
+    min_gain: float = Field(
+        0.01,
+        ge=0.0,
+        description="How far a score must beat the earlier best to be a new one (0.01: one point).",
+    )
+    set: str | None = Field(
+        None, description="The validation set read (its name in val/<set>/...); None: the mean of every set."
+    )
+
+
+class TargetStop(Section):
+    """End the stage when a validation score reaches a target: a score, or a gain over the stage's start."""
+
+    score: float | None = Field(None, gt=0.0, le=1.0, description="The validation accuracy that ends it.")
+    gain: float | None = Field(
+        None, gt=0.0, le=1.0, description="Points over the stage's first validation (0.05: five) that end it."
+    )
+    set: str | None = Field(
+        None, description="The validation set read (its name in val/<set>/...); None: the mean of every set."
+    )
+
+    @model_validator(mode="after")
+    def _one_target(self) -> TargetStop:
+        if (self.score is None) == (self.gain is None):
+            raise ValueError("give the target one of score (an accuracy) or gain (over the stage's start)")
+        return self
+
+
+class StopRules(Section):
+    """A stage's stop rules (`stages[i].until`): the first to fire ends the stage after that step, its final model
+    exported and checked as at its last step; trainer.steps stays the upper bound. The validation rules read the
+    evaluations data.validation.every schedules."""
+
+    truncated: TruncationStop | None = None
+    plateau: PlateauStop | None = None
+    target: TargetStop | None = None
+
+    @property
+    def reads_validation(self) -> bool:
+        return self.plateau is not None or self.target is not None
+
+
 class TrainerConfig(Section):
     batch_size: int = Field(256, ge=1, description="Prompts per training step (before rejection sampling).")
     steps: int | None = Field(
@@ -499,6 +560,10 @@ class TrainerConfig(Section):
     wandb_project: str = Field("or1", description="W&B project (loggers: [wandb]; pip install 'or1[wandb]').")
     wandb_run_name: str | None = Field(None, description="W&B run name; default <recipe>-stage<N>.")
     health: HealthConfig = Field(default_factory=HealthConfig)
+    until: StopRules = Field(
+        default_factory=StopRules,
+        description="Rules that end the stage before trainer.steps (the recipe's stages[i].until).",
+    )
 
 
 class StageInfo(Section):
@@ -573,6 +638,17 @@ class RunConfig(Section):
                 f"rollout.max_staleness {self.rollout.max_staleness} samples with weights up to that many updates "
                 "old: set algorithm.rollout_correction.is_level (token or sequence, decoupled PPO's behaviour "
                 "weights) or .rejection, or rollout.allow_uncorrected: true to train on them as if on-policy"
+            )
+        until, validation = self.trainer.until, self.data.validation
+        if until.reads_validation and not (validation.sets and validation.every):
+            raise ValueError(
+                "trainer.until's plateau and target rules read validation: give data.validation.sets and a "
+                "cadence, data.validation.every > 0"
+            )
+        if (until.truncated or until.reads_validation) and "jsonl" not in self.trainer.loggers:
+            raise ValueError(
+                "trainer.until decides from the steps logged to metrics.jsonl (a resume replays them): keep jsonl "
+                "in trainer.loggers"
             )
         if (self.critic.ppo_mini_batch_size or 0) > self.trainer.batch_size:
             raise ValueError(

@@ -64,6 +64,8 @@ def stage_table(run: RunFiles) -> list[str]:
     for stage in run.stages:
         trained = [r for r in stage.records if is_training_step(r)]
         done = f"{len(trained)} of {stage.planned_steps}" if stage.planned_steps else str(len(trained))
+        if ended := (stage.summary or {}).get("ended_by"):
+            done += f" (until.{ended['rule']})"
         status = "" if stage.summary else " (running or interrupted)"
         tenth = max(1, len(trained) // 10)
         rewards = [float(r[REWARD_MEAN]) for r in trained if REWARD_MEAN in r]
@@ -153,6 +155,11 @@ def health_lines(run: RunFiles) -> list[str]:
                 f"- {stage.name}: running or interrupted (advisories are listed when the stage ends)"
             )
             continue
+        if ended := stage.summary.get("ended_by"):
+            lines.append(
+                f"- {stage.name}: ended at step {ended['step']} by its stop rule until.{ended['rule']}: "
+                f"`{ended['metric']}` = {ended['value']:.4g} ({ended['detail']})"
+            )
         advisories = stage.summary.get("advisories", [])
         if not advisories:
             lines.append(f"- {stage.name}: no advisory fired")

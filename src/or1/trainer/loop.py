@@ -73,24 +73,35 @@ class Trainer:
     throughput: Throughput | None = None  # the perf/ rates and MFU (None: only perf/tokens_per_s)
     step: int = 0  # steps of this stage completed
     stop: StopFlag | None = None  # set by Ctrl-C / SIGTERM: stop between steps, after a checkpoint
-    advisor: Advisor | None = None  # run-health rules over the logged steps (trainer.health when None)
+    # run-health and stop rules over the logged steps (trainer.health and trainer.until when None)
+    advisor: Advisor | None = None
 
     def __post_init__(self) -> None:
         if self.advisor is None:
-            self.advisor = Advisor(self.cfg.trainer.health)
+            self.advisor = Advisor(self.cfg.trainer.health, self.cfg.trainer.until)
+
+    @property
+    def done(self) -> bool:
+        """The stage is over: at trainer.steps, or ended sooner by a stop rule (trainer.until)."""
+        return self.step >= self.cfg.trainer.steps or self.advisor.ended is not None
 
 
 def train(t: Trainer) -> None:
-    """Run the stage from t.step to trainer.steps, checkpointing every save_every steps and at the end."""
+    """Run the stage from t.step to trainer.steps or the step a stop rule ends it at, checkpointing every
+    save_every steps and at the end."""
     cfg = t.cfg
     if t.stop is not None and t.stop.requested:
         stop_between_steps(t)
+    if t.done:  # resumed from the stage's last checkpoint
+        return
     t.logger.start_progress(t.step)
     if t.validation and t.step == 0:  # the starting point of the stage's validation curve
-        t.logger.log(0, run_validation(t, 0))
+        validation = run_validation(t, 0)
+        t.logger.log(0, validation)
+        t.advisor.observe_validation(0, validation)
     t.placement.begin(t.step)
     try:
-        while t.step < cfg.trainer.steps:
+        while not t.done:
             if t.stop is not None and t.stop.requested:
                 stop_between_steps(t)
             step, timer = t.step + 1, PhaseTimer()
@@ -198,16 +209,25 @@ def rates(
 
 
 def _finish_step(t: Trainer, step: int, metrics: dict[str, float], sampled: Batch | None = None) -> None:
-    """Advance, validate and checkpoint on schedule (the last step always does both), log, keep a few samples."""
+    """Advance, validate and checkpoint on schedule (the stage's last step always does both, also where a stop rule
+    ends it), log, keep a few samples."""
     t.step = step
-    if t.validation and is_due(t.cfg, step):
-        metrics = {**metrics, **run_validation(t, step)}
+    fired = t.advisor.observe_step(step, metrics)
+    if t.validation and (is_due(t.cfg, step) or t.done):
+        validation = run_validation(t, step)
+        metrics = {**metrics, **validation}
+        fired += t.advisor.observe_validation(step, validation)
     t.logger.log(step, metrics)
-    for advisory in t.advisor.observe({"step": step, **metrics}):
-        t.logger.console.print(advisory.line(), highlight=False, soft_wrap=True, markup=False)
+    lines = [advisory.line() for advisory in fired]
+    if t.advisor.ended is not None:  # at this step: the stage ends with it
+        lines.append(
+            f"stage {t.cfg.stage.name} ends at step {step} of {t.cfg.trainer.steps}: {t.advisor.ended.line()}"
+        )
+    for line in lines:
+        t.logger.console.print(line, highlight=False, soft_wrap=True, markup=False)
     if sampled is not None:
         write_step_samples(t.logger.stage_dir, step, sampled, t.cfg.trainer.samples_per_step)
-    if step % t.cfg.trainer.save_every == 0 or step == t.cfg.trainer.steps:
+    if step % t.cfg.trainer.save_every == 0 or t.done:
         t.checkpoints.save(t.step)
 
 
@@ -263,4 +283,5 @@ def restore(t: Trainer, folder: Path) -> None:
     """Load a checkpoint into the workers and the controller; the metrics file is cut back to its step."""
     t.step = t.checkpoints.load(folder)
     t.logger.truncate_after(t.step)
-    t.advisor = Advisor.replaying(t.logger.records(), t.cfg.trainer.health)  # what fired stays fired
+    # what fired stays fired, and a stop rule decides at the same step
+    t.advisor = Advisor.replaying(t.logger.records(), t.cfg.trainer.health, t.cfg.trainer.until)

@@ -17,6 +17,7 @@ from or1.trainer.checkpoint import CheckpointManager
 # Settings that change how a run is operated, not what it computes: a resume may change them freely.
 OPERATIONAL_KEYS = (
     "trainer.steps",  # training a stage longer (or ending it sooner) leaves the steps already done as they were
+    "trainer.until",  # the same: a rule that ends the stage sooner or later changes no step already trained
     "trainer.save_every",
     "trainer.loggers",
     "trainer.keep_checkpoints",

@@ -128,7 +128,7 @@ def _finish_stage(start: StageStart, trainer: Trainer, dropped: dict[str, int], 
         "online_filter_dropped": dropped,
         "device_peak": trainer.throughput.facts() if trainer.throughput else None,
     }
-    summary = stage_summary(stage_dir, facts, trainer.prompt_stats, cfg.trainer.health)
+    summary = stage_summary(stage_dir, facts, trainer.prompt_stats, cfg.trainer)
     write_summary(stage_dir, summary)
     for line in summary_lines(summary):
         console.print(line, highlight=False, markup=False)

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from or1.algos.online_filter import PromptStats
-from or1.config.schema import HealthConfig
+from or1.config.schema import TrainerConfig
 from or1.health import Advisor
 from or1.layout import METRICS_FILE, SUMMARY_FILE
 from or1.run_metrics import (
@@ -60,11 +60,11 @@ def stage_summary(
     stage_dir: Path,
     facts: dict[str, Any],
     prompt_stats: PromptStats,
-    health: HealthConfig,
+    trainer: TrainerConfig,
 ) -> dict[str, Any]:
     """`facts` (recipe, stage, start and final models, prompt counts, the devices' peak) plus curves, validation,
-    solve counts, the medians of the throughput metrics over the trained steps (`throughput`) and the run-health
-    advisories the stage's metrics fire."""
+    solve counts, the medians of the throughput metrics over the trained steps (`throughput`), the run-health
+    advisories the stage's metrics fire and the stop rule that ended it (`ended_by`, None at trainer.steps)."""
     records = read_metrics(stage_dir / METRICS_FILE)
     steps = [r for r in records if is_training_step(r)]
     curves = {}
@@ -84,6 +84,7 @@ def stage_summary(
             if key.startswith(VALIDATION_PREFIX):
                 validation.setdefault(key, {"start": value, "start_step": r[STEP]})
                 validation[key].update(end=value, end_step=r[STEP])
+    advisor = Advisor.replaying(records, trainer.health, trainer.until)
     rates = [prompt_stats.solved[u] / n for u, n in prompt_stats.attempts.items() if n]
     return {
         **facts,
@@ -97,7 +98,8 @@ def stage_summary(
         "curves": curves,
         "validation": validation,
         "throughput": throughput_medians([r for r in steps if not r.get(SKIPPED)]),
-        "advisories": [a.as_dict() for a in Advisor.replaying(records, health).fired],
+        "advisories": [a.as_dict() for a in advisor.fired],
+        "ended_by": advisor.ended.as_dict() if advisor.ended is not None else None,
     }
 
 
@@ -142,6 +144,10 @@ def summary_lines(summary: dict[str, Any]) -> list[str]:
             lines.append(
                 f"  {key}: {v['start']:.1%} (step {v['start_step']}) -> {v['end']:.1%} (step {v['end_step']})"
             )
+    if ended := summary.get("ended_by"):
+        lines.append(
+            f"  ended by {ended['rule']} at step {ended['step']}: {ended['metric']} = {ended['value']:.4g} ({ended['detail']})"
+        )
     advisories = summary.get("advisories", [])
     lines.append(
         f"  health: {len(advisories)} advisories" + (" (summary.json, or1 report)" if advisories else "")

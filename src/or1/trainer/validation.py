@@ -71,6 +71,13 @@ def load_validation_sets(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> 
                 data.name, Batch.from_dict(columns), len(encoded) - len(kept), n, max_response_length
             )
         )
+    names = [vset.name for vset in sets]
+    until = cfg.trainer.until
+    for key, rule in (("plateau", until.plateau), ("target", until.target)):
+        if rule is not None and rule.set is not None and rule.set not in names:
+            raise UserError(
+                f"trainer.until.{key}.set: {rule.set} is not one of the stage's validation sets ({', '.join(names)})"
+            )
     return sets
 
 
