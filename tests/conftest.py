@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
+import subprocess
+import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -39,16 +43,46 @@ def pytest_report_header() -> str:
 
 # A shorter warm start than the preset's keeps the session setup near 40 s; it still solves some 3-4 operand tasks.
 TEST_SFT_STEPS = 120
+BUILD_TINY_MODEL = (
+    "import sys; from pathlib import Path; from or1.tinyworld.init import init_tiny_model; "
+    "init_tiny_model(Path(sys.argv[1]), seed=int(sys.argv[2]), sft_steps=int(sys.argv[3]), eval_samples=2)"
+)
+_tiny_model: dict = {}  # the background build: its process and folder
+
+
+def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start building the session's tiny model as soon as collection shows a test that needs it: the warm start runs
+    on one thread, so it takes the second core while the tests before the first such test run (about 90 s of a
+    2-core CI run, then spent waiting)."""
+    if any("tiny_model_dir" in getattr(item, "fixturenames", ()) for item in session.items):
+        start_tiny_model_build()
+
+
+def start_tiny_model_build() -> None:
+    folder = Path(tempfile.mkdtemp(prefix="or1-test-tiny-model-"))
+    cmd = [sys.executable, "-c", BUILD_TINY_MODEL, str(folder / "model"), str(TEST_SEED), str(TEST_SFT_STEPS)]
+    with (folder / "build.log").open("w") as log:
+        _tiny_model.update(folder=folder, proc=subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT))
+
+
+def pytest_sessionfinish(session: pytest.Session) -> None:
+    if proc := _tiny_model.get("proc"):
+        proc.kill()  # a run stopped early (-x, Ctrl-C) leaves no build behind; a finished one is gone already
+        proc.wait()
+        shutil.rmtree(_tiny_model["folder"], ignore_errors=True)
 
 
 @pytest.fixture(scope="session")
-def tiny_model_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """A tiny base model folder built once per test run (its init report is in or1_init_report.json)."""
-    from or1.tinyworld.init import init_tiny_model
-
-    out = tmp_path_factory.mktemp("tiny_model")
-    init_tiny_model(out, seed=TEST_SEED, sft_steps=TEST_SFT_STEPS, eval_samples=2, overwrite=True)
-    return out
+def tiny_model_dir() -> Path:
+    """A tiny base model folder built once per test run, in the background from collection on (its init report is
+    in or1_init_report.json)."""
+    # a test may ask for it where collection did not see it (request.getfixturevalue): build it now
+    if "proc" not in _tiny_model:
+        start_tiny_model_build()
+    folder, proc = _tiny_model["folder"], _tiny_model["proc"]
+    if proc.wait() != 0:
+        pytest.fail(f"building the tiny model failed:\n{(folder / 'build.log').read_text()[-3000:]}")
+    return folder / "model"
 
 
 @pytest.fixture(scope="session")

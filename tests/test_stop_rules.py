@@ -11,8 +11,10 @@ from pathlib import Path
 import pytest
 
 from or1.algos.online_filter import PromptStats
+from or1.config.recipe import resolve
 from or1.config.schema import PlateauStop, StopRules, TargetStop, TrainerConfig, TruncationStop
-from or1.health import Advisor
+from or1.errors import UserError
+from or1.health import Advisor, idle_stop_rules
 from or1.report.markdown import health_lines
 from or1.report.runfiles import read_run
 from or1.trainer.summary import stage_summary, summary_lines, write_summary
@@ -135,3 +137,18 @@ def test_the_summary_and_the_report_name_the_rule(tmp_path: Path) -> None:
     write_summary(stage, summary)
     assert "ended at step 17 by its stop rule until.truncated" in "\n".join(health_lines(read_run(tmp_path)))
     assert stage_summary(stage, {"stage": 1}, PromptStats(), TrainerConfig())["ended_by"] is None
+
+
+def test_a_stage_without_validation_runs_its_steps_and_says_why_and_without_jsonl_is_refused() -> None:
+    assert idle_stop_rules(resolve("tiny", 1)) is None  # validated every 20 steps
+    for off in ("data.validation.sets=[]", "data.validation.every=0"):
+        warning = idle_stop_rules(resolve("tiny", 1, [off]))
+        assert (
+            warning.startswith("trainer.until.target read validation") and "runs its trainer.steps" in warning
+        )
+    assert idle_stop_rules(resolve("tiny", 2, ["data.validation.sets=[]"])) is None  # stage 2 has no rule
+    with pytest.raises(UserError, match="keep jsonl in trainer.loggers"):
+        resolve("tiny", 1, ["trainer.loggers=[tensorboard]"])
+    assert (
+        resolve("tiny", 1, ["trainer.loggers=[tensorboard]", "trainer.until={}"]).trainer.until == StopRules()
+    )

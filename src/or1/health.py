@@ -20,7 +20,7 @@ import statistics
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 
-from or1.config.schema import HealthConfig, StopRules
+from or1.config.schema import HealthConfig, RunConfig, StopRules
 from or1.run_metrics import (
     ENTROPY,
     MISMATCH_K3_KL,
@@ -298,6 +298,28 @@ def target_stop(h: History, v: Validations, u: StopRules) -> tuple[str, float, s
     if rule.score is not None:
         return set_metric(rule.set), scores[-1], f"reached the target {rule.score:g}"
     return set_metric(rule.set), scores[-1], f"{scores[-1] - scores[0]:+.4g} over the start's {scores[0]:.4g}"
+
+
+def idle_stop_rules(cfg: RunConfig) -> str | None:
+    """Why the stage's validation stop rules cannot fire (no validation, or none before the last step), else None: a
+    run with validation turned off still runs, to its trainer.steps."""
+    until, validation = cfg.trainer.until, cfg.data.validation
+    rules = [name for name in ("plateau", "target") if getattr(until, name) is not None]
+    if not rules:
+        return None
+    why = (
+        "no validation set"
+        if not validation.sets
+        else "no validation before the last step"
+        if not validation.every
+        else None
+    )
+    if why is None:
+        return None
+    return (
+        f"trainer.until.{' and .'.join(rules)} read validation, and this stage has {why} "
+        "(data.validation.sets, .every): it runs its trainer.steps"
+    )
 
 
 # A stop rule: (step history, evaluations, the stage's rules) -> (metric, value, what it measured) when it fires

@@ -34,7 +34,9 @@ def test_validation_sets_are_encoded_and_capped(tmp_path, tiny_model_dir):
     ]
     path = tmp_path / "val.parquet"
     pd.DataFrame(rows).to_parquet(path)
-    cfg = resolve(RECIPE, 1, [f"data.validation.sets=[{path}]", "data.max_prompt_length=32"])
+    cfg = resolve(
+        RECIPE, 1, [f"data.validation.sets=[{path}]", "data.max_prompt_length=32", "trainer.until={}"]
+    )
     from or1.tokens import load_tokenizer
 
     (vset,) = load_validation_sets(cfg, load_tokenizer(tiny_model_dir))
@@ -66,7 +68,7 @@ def test_a_validation_set_can_sample_its_own_k_and_budget(tmp_path, tiny_model_d
     pd.DataFrame(math_validation_rows()[:3]).to_parquet(math)
     pd.DataFrame(code_validation_rows()[:2]).to_parquet(code)
     sets = f"data.validation.sets=[{math}, {{set: {code}, n: 3, max_response_length: 80}}]"
-    cfg = resolve(RECIPE, 1, [sets, "data.validation.n=5", "data.max_prompt_length=64"])
+    cfg = resolve(RECIPE, 1, [sets, "data.validation.n=5", "data.max_prompt_length=64", "trainer.until={}"])
     first, second = load_validation_sets(cfg, load_tokenizer(tiny_model_dir))
     assert (first.name, first.n, first.max_response_length) == ("math", 5, 96)
     assert (second.name, second.n, second.max_response_length) == ("code", 3, 80)

@@ -639,16 +639,10 @@ class RunConfig(Section):
                 "old: set algorithm.rollout_correction.is_level (token or sequence, decoupled PPO's behaviour "
                 "weights) or .rejection, or rollout.allow_uncorrected: true to train on them as if on-policy"
             )
-        until, validation = self.trainer.until, self.data.validation
-        if until.reads_validation and not (validation.sets and validation.every):
-            raise ValueError(
-                "trainer.until's plateau and target rules read validation: give data.validation.sets and a "
-                "cadence, data.validation.every > 0"
-            )
-        if (until.truncated or until.reads_validation) and "jsonl" not in self.trainer.loggers:
+        if self.trainer.until != StopRules() and "jsonl" not in self.trainer.loggers:
             raise ValueError(
                 "trainer.until decides from the steps logged to metrics.jsonl (a resume replays them): keep jsonl "
-                "in trainer.loggers"
+                "in trainer.loggers, or drop the rules with --set trainer.until={}"
             )
         if (self.critic.ppo_mini_batch_size or 0) > self.trainer.batch_size:
             raise ValueError(

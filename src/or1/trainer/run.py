@@ -17,6 +17,7 @@ from rich.console import Console
 from or1.config.recipe import dump
 from or1.config.schema import RunConfig
 from or1.errors import UserError
+from or1.health import idle_stop_rules
 from or1.hybrid.worker_group import WorkerError
 from or1.layout import CONFIG_FILE, FINAL_CRITIC_DIR, FINAL_DIR, finished_model, stage_directory
 from or1.preflight import check_runnable
@@ -85,6 +86,8 @@ def run_stage(cfg: RunConfig, run: StageRun) -> Path:
     critic_path = critic_start(cfg, run.run_dir, model_path) if cfg.uses_critic else None
     start = StageStart(cfg, stage_dir, model_path, critic_path)
     console.print(f"stage {cfg.stage.index} of {cfg.recipe} starts from {model_path}", markup=False)
+    if warning := idle_stop_rules(cfg):
+        console.print(f"warning: {warning}", markup=False)
     trainer, dropped = _train_with_restarts(start, request.resume, run)
     return _finish_stage(start, trainer, dropped, console)
 

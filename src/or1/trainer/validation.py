@@ -74,9 +74,10 @@ def load_validation_sets(cfg: RunConfig, tokenizer: PreTrainedTokenizerBase) -> 
     names = [vset.name for vset in sets]
     until = cfg.trainer.until
     for key, rule in (("plateau", until.plateau), ("target", until.target)):
-        if rule is not None and rule.set is not None and rule.set not in names:
+        if rule is not None and rule.set is not None and names and rule.set not in names:
             raise UserError(
-                f"trainer.until.{key}.set: {rule.set} is not one of the stage's validation sets ({', '.join(names)})"
+                f"trainer.until.{key}.set: {rule.set} is not one of the stage's validation sets ({', '.join(names)}); "
+                "name one of them, or drop the rules with --set trainer.until={}"
             )
     return sets
 
