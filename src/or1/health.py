@@ -305,17 +305,9 @@ def idle_stop_rules(cfg: RunConfig) -> str | None:
     run with validation turned off still runs, to its trainer.steps."""
     until, validation = cfg.trainer.until, cfg.data.validation
     rules = [name for name in ("plateau", "target") if getattr(until, name) is not None]
-    if not rules:
+    if not rules or (validation.sets and validation.every):
         return None
-    why = (
-        "no validation set"
-        if not validation.sets
-        else "no validation before the last step"
-        if not validation.every
-        else None
-    )
-    if why is None:
-        return None
+    why = "no validation before the last step" if validation.sets else "no validation set"
     return (
         f"trainer.until.{' and .'.join(rules)} read validation, and this stage has {why} "
         "(data.validation.sets, .every): it runs its trainer.steps"

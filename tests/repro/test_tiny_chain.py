@@ -17,26 +17,24 @@ sampling, adaptive entropy control, online filtering, arithmetic and programs in
 
 The margins hold on any trajectory, not one machine's: torch picks other CPU kernels on other processors (AVX2,
 AVX-512), so the RL steps end in another model there. The base does not: it is shipped, the same bits everywhere
-(built on each machine, an Intel Xeon's base read 24.0% here and its stage 1 gained +3.8). Measured with
-`python tests/repro/spread.py` on two AMD EPYC machines, one with AVX-512 (torch's own kernels with trainer seeds
-0-2, ATEN_CPU_CAPABILITY=avx2 and =default with seed 0) and one with AVX2 only (its own kernels with seeds 0-1,
-=default with seed 0), arithmetic avg@16 and programs avg@8, in %:
+(built on each machine, an Intel Xeon's base read 24.0% here and its stage 1 gained +3.8). Stage 1 ends by its stop
+rule (stages/tiny.yaml: arithmetic validation 6 points over the base, read every 20 steps), so the check on stage 1
+holds by construction once the rule fires, and the test fails when it does not fire before step 100. Measured with
+`python tests/repro/spread.py` on an AVX2 AMD EPYC, torch's own kernels, arithmetic avg@16 and programs avg@8, in %:
 
-    CPU, kernel        seed  arithmetic: base  stage 1  stage 2  stage 3   programs: base  stage 1  stage 2  stage 3
-    AVX-512, own       0                 50.6  61.0     63.7     64.8                14.6  21.5     27.3     31.4
-    AVX-512, own       1                 50.7  62.9     62.8     63.6                15.9  21.6     27.3     31.5
-    AVX-512, own       2                 51.2  60.2     61.9     64.0                14.6  21.1     29.4     32.0
-    AVX-512, avx2      0                 50.6  61.0     63.7     65.1                14.6  21.5     27.3     31.0
-    AVX-512, default   0                 50.6  61.0     63.7     65.2                14.6  21.5     27.3     31.6
-    AVX2, own          0                 50.6  61.0     63.7     65.1                14.6  21.5     27.3     31.0
-    AVX2, own          1                 50.7  62.9     62.8     63.5                15.9  21.6     27.3     30.1
-    AVX2, default      0                 50.6  61.0     63.7     65.2                14.6  21.5     27.3     31.6
+    CPU, kernel        seed  stage 1 ends  arithmetic: base  stage 1  stage 2  stage 3   programs: base  s1    s2    s3
+    AVX2, own          0     step 60                   50.6  59.0     SEED0_S2  SEED0_S3              14.6  17.4  SEED0_C2  SEED0_C3
+    AVX2, own          1     step 40                   50.7  57.3     60.0     62.9                15.9  18.1  23.0  26.5
+    AVX2, own          2     step 40                   51.2  58.0     60.0     60.4                14.6  17.1  25.5  27.9
 
-Gains, mean (lowest) over the eight: arithmetic stage 1 +10.7 (+9.0), the chain +13.9 (+12.8); programs over the
-chain +16.4 (+14.2); stages 2-3, the mean of both abilities, +6.5 (+4.55). The kernels part the runs only late (the
-seed-0 runs read the same through stage 2 on both machines; their gradients differ in the last digits), the seeds
-from the start: over the seeds the standard deviations are 0.8-1.6 points. The margins, +5, +8, +8 and +2 points,
-sit 2.55-6.2 points under the lowest run. No Intel Xeon run from the shipped base is in the table yet. A stage
+Before the stop rule (stage 1 at its 100 steps), eight runs over two AMD EPYC machines (with AVX-512: torch's own
+kernels with seeds 0-2, ATEN_CPU_CAPABILITY=avx2 and =default with seed 0; AVX2 only: its own kernels with seeds 0-1,
+=default with seed 0) gained, mean (lowest), arithmetic +10.7 (+9.0) in stage 1 and +13.9 (+12.8) over the chain,
+programs +16.4 (+14.2) over the chain, stages 2-3 +6.5 (+4.55). The kernels part the runs only late (the seed-0 runs
+read the same through stage 2 on both machines; their gradients differ in the last digits), the seeds from the
+start: over the seeds the standard deviations were 0.8-1.6 points. The shorter stage 1 leaves the chain less: the
+margins, +5, +6.5 (it was +8 before the rule), +8 and +2 points, sit LOWEST_HEADROOM points under the lowest run. No
+Intel Xeon run from the shipped base is in the table yet. A stage
 that does not learn reads exactly the validation it started from (the same weights and seeds), so each check fails then: with actor.lr=1e-12 stage 1
 reads +0.0 and the test fails; with algorithm.online_filter=false the stage-start check fails. With the code rewards of
 training zeroed (OR1_REPRO_ZERO_CODE=1, seed 0) programs read 14.6% -> 15.4% (+0.8) while arithmetic still rose
@@ -76,11 +74,11 @@ BASE = SHIPPED_BASE
 # 16 samples per problem: with the recipe's 5 (or 4), one validation of the 200 problems is worth about +-1.8 points,
 # as much as a few dozen steps move it, and a check on a rise would pass or fail by the dice.
 VALIDATION_N = 16
-# Sized from the module docstring's table (validation avg@16): 3.3 points or more under the lowest gain measured
+# Sized from the module docstring's tables (validation avg@16): under the lowest gain measured
 # over CPU kernels and seeds.
 STAGE1_MARGIN = 0.05
 CHAIN_MARGIN = 0.02  # stages 2-3: the mean of both abilities' gains
-TOTAL_MARGIN = 0.08
+TOTAL_MARGIN = 0.065  # 0.08 while stage 1 ran its 100 steps (the docstring)
 VAL = f"val/validation/t1/avg@{VALIDATION_N}"
 # Code validation: the fixed 100 programs, 8 samples each (one validation worth about +-2 points).
 CODE_VALIDATION_N = 8
