@@ -26,6 +26,7 @@ holds by construction once the rule fires, and the test fails when it does not f
     AVX2, own          0     step 60                   50.6  59.0     61.6     63.8                14.6  17.4  26.3  30.0
     AVX2, own          1     step 40                   50.7  57.3     60.0     62.9                15.9  18.1  23.0  26.5
     AVX2, own          2     step 40                   51.2  58.0     60.0     60.4                14.6  17.1  25.5  27.9
+    AVX2, default      0     step 60                   50.6  59.0     61.6     63.6                14.6  17.4  26.2  29.4
 
 Before the stop rule (stage 1 at its 100 steps), eight runs over two AMD EPYC machines (with AVX-512: torch's own
 kernels with seeds 0-2, ATEN_CPU_CAPABILITY=avx2 and =default with seed 0; AVX2 only: its own kernels with seeds 0-1,
