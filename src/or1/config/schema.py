@@ -479,7 +479,7 @@ class PlateauStop(Section):
     evaluations: int = Field(
         3,
         ge=1,
-        description="Evaluations in a row without a new best that end it (the start's counts as one).",
+        description="Evaluations in a row without a new best that end it (the start's is the first best to beat).",
     )
     min_gain: float = Field(
         0.01,
