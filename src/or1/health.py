@@ -370,8 +370,10 @@ class Advisor:
         c = self.config
         for key in keys:
             rule = f"validation:{key}"
+            if rule in done:
+                continue
             best = plateau(self.validations.series(key), c.validation_patience, c.validation_min_gain)
-            if rule not in done and best is not None:
+            if best is not None:
                 advice = (
                     f"no gain over the last {c.validation_patience} evaluations (best {best:.1%}): "
                     "the stage may be done (go on to the next), or try a lower learning rate or harder data"

@@ -518,10 +518,6 @@ class StopRules(Section):
     plateau: PlateauStop | None = None
     target: TargetStop | None = None
 
-    @property
-    def reads_validation(self) -> bool:
-        return self.plateau is not None or self.target is not None
-
 
 class TrainerConfig(Section):
     batch_size: int = Field(256, ge=1, description="Prompts per training step (before rejection sampling).")
