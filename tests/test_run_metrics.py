@@ -15,7 +15,11 @@ ROOT = Path(__file__).resolve().parents[1]
 SRC = ROOT / "src" / "or1"
 # what reads metrics.jsonl outside the trainer's writing of it: run health, or1 report, the stage summary, the
 # planner's expected lengths
-READERS = [SRC / "health.py", *sorted((SRC / "report").glob("*.py")), SRC / "trainer" / "summary.py"]
+READERS = [
+    *sorted((SRC / "health").glob("*.py")),
+    *sorted((SRC / "report").glob("*.py")),
+    SRC / "trainer" / "summary.py",
+]
 READERS.append(SRC / "plan" / "lengths.py")
 FAMILIES = "reward|math|code|batch|response|actor|entropy|mismatch|time|perf|val|async|critic"
 SPELLED_KEY = re.compile(rf"^({FAMILIES})/|^/(reward_mean|truncated_frac|avg@)|_per_device$|^perf/share_")
