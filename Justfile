@@ -52,8 +52,7 @@ repro: tiny
     {{bin}}/or1 report runs/tiny
 
 # The import layers (pyproject.toml's [tool.importlinter]: a back-arrow fails here and names the import), then the
-# tests. As root it first brings up the Docker-API engine for the docker-marked tests.
-# The import contracts, then the test suite (fast default).
+# tests (fast default). As root it first brings up the Docker-API engine for the docker-marked tests.
 test *args:
     #!/usr/bin/env bash
     set -euo pipefail

@@ -106,6 +106,12 @@ class RolloutConfig(Section):
     tensor_parallel_size: int = Field(1, ge=1, description="vLLM tensor parallelism (GPU path).")
     gpu_memory_utilization: float = Field(0.6, gt=0, le=1, description="vLLM KV-cache share of GPU memory.")
     cpu_kv_cache_gib: float = Field(1.0, gt=0, description="vLLM's KV-cache size per rank on CPU, in GiB.")
+    enforce_eager: bool = Field(
+        False,
+        description="vLLM on a GPU: decode without CUDA graphs. Nothing is captured, which saves the graphs' memory "
+        "(up to ~2.5 GiB per GPU while vLLM is awake, outside gpu_memory_utilization) at the cost of slower decoding "
+        "of small batches. vLLM on the CPU always runs eager.",
+    )
     dtype: Literal["float32", "bfloat16", "float16"] | None = Field(
         None,
         description="The rollout engine's weights and compute dtype; None: the actor's compute dtype (model.dtype "

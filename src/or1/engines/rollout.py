@@ -40,6 +40,7 @@ class EngineSettings:
     tensor_parallel_size: int = 1
     gpu_memory_utilization: float = 0.6  # vLLM's share of a GPU (weights + KV cache)
     cpu_kv_cache_gib: float = 1.0  # vLLM's KV cache on CPU
+    enforce_eager: bool = False  # vLLM on a GPU: no CUDA graphs (the CPU always runs eager)
     distributed: bool = (
         False  # training: every rank builds its engine in the same call, joining torch's world
     )

@@ -72,7 +72,7 @@ def start_engine(model_path: str, settings: EngineSettings) -> Any:
         "enable_prefix_caching": True,  # the n samples of a prompt share its KV
         "logprobs_mode": "processed_logprobs",  # temperature / top_p applied, as the actor recomputes them
         "tensor_parallel_size": settings.tensor_parallel_size,
-        "enforce_eager": not on_gpu,  # CPU: no graph capture to amortise
+        "enforce_eager": settings.enforce_eager or not on_gpu,  # CPU: no graph capture to amortise
     }
     if settings.distributed:
         kwargs["distributed_executor_backend"] = "external_launcher"

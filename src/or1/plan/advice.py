@@ -1,7 +1,7 @@
 """The smallest change of settings that makes a stage fit, as `--set` overrides.
 
 Changes are tried from the cheapest (the fused output head, a smaller micro-batch token budget, activation checkpointing,
-activation offload) to the dearest
+activation offload, vLLM without CUDA graphs) to the dearest
 (sequence parallelism, vLLM tensor parallelism, FSDP2 CPU offload, more nodes); the first combination that fits
 wins, with the largest token budget that still fits, so the answer costs the least speed.
 """
@@ -65,6 +65,9 @@ def _candidates(cfg: RunConfig, shape: ModelShape, device: Device):
         [(0, {})]
         + ([(1, {"model.gradient_checkpointing": True})] if not cfg.model.gradient_checkpointing else []),
         [(0, {})] + ([(1, {"actor.offload": True})] if not a.offload and r.engine == "vllm" else []),
+        # no CUDA graphs: slower decoding of small batches
+        [(0, {})]
+        + ([(2, {"rollout.enforce_eager": True})] if not r.enforce_eager and r.engine == "vllm" else []),
         # the blocks' inputs on the host: a copy each way per block (needs checkpointing, merged in if off)
         [(0, {})]
         + (

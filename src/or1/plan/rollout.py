@@ -2,7 +2,7 @@
 the separate placement on GPUs of its own; and whether its KV cache holds a full-length sequence.
 
 vLLM captures its CUDA graphs (`CUDA_GRAPHS`) outside its gpu_memory_utilization share: every phase the engine is
-awake in holds them.
+awake in holds them, unless rollout.enforce_eager captures none.
 """
 
 from __future__ import annotations
@@ -26,6 +26,11 @@ BATCHED_TOKENS = {True: 16384, False: 8192}
 MAX_SEQUENCES = {True: 1024, False: 256}
 
 
+def graphs_bytes(cfg: RunConfig) -> int:
+    """What vLLM's CUDA graphs hold while the engine is awake: none under rollout.enforce_eager."""
+    return 0 if cfg.rollout.enforce_eager else CUDA_GRAPHS
+
+
 def rollout_phases(
     cfg: RunConfig, shape: ModelShape, device: Device, shards: ShardState, c: int, ref: int
 ) -> tuple[list[Phase], list[str], list[str]]:
@@ -39,10 +44,10 @@ def rollout_phases(
     host = a.fsdp_cpu_offload
     resident = 0 if host else shards.parameters + shards.optimizer
     unit = max(shape.root_parameters, shape.layer_parameters) * c
-    outside = {"context": CUDA_CONTEXT, "nccl": NCCL_BUFFERS}
+    outside = {"graphs": graphs_bytes(cfg), "context": CUDA_CONTEXT, "nccl": NCCL_BUFFERS}
     start = Phase(
         "vllm start",
-        {"actor": 0 if host else shards.parameters, "vllm": engine, "graphs": CUDA_GRAPHS, **outside},
+        {"actor": 0 if host else shards.parameters, "vllm": engine, **outside},
     )
     push = Phase(
         "weight push",
@@ -51,7 +56,6 @@ def rollout_phases(
             "ref": ref,
             "vllm weights": weights,
             "gathered": 2 * unit,
-            "graphs": CUDA_GRAPHS,
             **outside,
         },
     )
@@ -63,7 +67,6 @@ def rollout_phases(
             "vllm weights": weights,
             "vllm workspace": workspace,
             "kv cache": kv,
-            "graphs": CUDA_GRAPHS,
             **outside,
         },
     )
@@ -122,7 +125,7 @@ def replica_phases(
             "vllm weights": weights,
             "vllm workspace": workspace,
             "kv cache": kv,
-            "graphs": CUDA_GRAPHS,
+            "graphs": graphs_bytes(cfg),
             "context": CUDA_CONTEXT,
             "nccl": NCCL_BUFFERS,
         },

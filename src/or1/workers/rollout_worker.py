@@ -67,6 +67,7 @@ class RolloutRole:
             tensor_parallel_size=tp,
             gpu_memory_utilization=r.gpu_memory_utilization,
             cpu_kv_cache_gib=r.cpu_kv_cache_gib,
+            enforce_eager=r.enforce_eager,
             distributed=True,  # every rank builds its vLLM engine in this same call (ONE_TO_ALL)
         )
         return load_rollout_engine(r.engine, model_path, settings, tokenizer=self.tokenizer, device=device)
