@@ -101,8 +101,9 @@ class Throughput:
             out[per_device(GENERATE_TOKENS_PER_S)] = rate / (self.rollout_devices or self.devices)
         update = timings.get(phase_seconds("update"), 0.0)
         trained = trained if update > 0 else None
+        update_flops = self.update_flops(trained) if trained is not None and self.shape is not None else 0.0
         if trained is not None:
-            out.update(self.update_metrics(trained, update))
+            out.update(self.update_metrics(trained, update, update_flops))
         if step > 0:
             shares = {k: timings.get(phase_seconds(k), 0.0) / step for k in SHARES}
             out.update({phase_share(k): v for k, v in shares.items()})
@@ -112,8 +113,7 @@ class Throughput:
             if self.shape is not None and self.peak is not None:
                 sequences = [length for length, _ in generated]
                 responses = sum(response for _, response in generated)
-                flops = forward_flops(self.shape, sequences, responses).total
-                flops += 0.0 if trained is None else self.update_flops(trained)
+                flops = forward_flops(self.shape, sequences, responses).total + update_flops
                 out[STEP_MFU] = flops / step / step_devices / 1e12 / self.peak.tflops
         return out
 
@@ -123,7 +123,8 @@ class Throughput:
         lengths = [int(n) for n in trained.tensors[ATTENTION_MASK].sum(-1).tolist()]
         return self.epochs * training_flops(self.shape, lengths, response_tokens(trained))
 
-    def update_metrics(self, trained: Batch, seconds: float) -> dict[str, float]:
+    def update_metrics(self, trained: Batch, seconds: float, flops: float) -> dict[str, float]:
+        """The update's rates: tokens per second, and with a model shape its `flops` per second and MFU."""
         tokens = self.epochs * int(trained.tensors[ATTENTION_MASK].sum())
         out = {
             UPDATE_TOKENS_PER_S: tokens / seconds,
@@ -131,7 +132,7 @@ class Throughput:
         }
         if self.shape is None:
             return out
-        out[UPDATE_TFLOPS_PER_DEVICE] = self.update_flops(trained) / seconds / self.devices / 1e12
+        out[UPDATE_TFLOPS_PER_DEVICE] = flops / seconds / self.devices / 1e12
         if self.peak is not None:
             out[UPDATE_MFU] = out[UPDATE_TFLOPS_PER_DEVICE] / self.peak.tflops
             out[PEAK_TFLOPS_PER_DEVICE] = self.peak.tflops
