@@ -80,3 +80,12 @@ ROLLOUT_WEIGHTS_FILE = re.compile(r"^rollout_weights_step_(\d+)\.safetensors$")
 def rollout_weights_file(version: int) -> str:
     """The weights after step `version` inside a checkpoint folder (rollout.placement separate)."""
     return f"rollout_weights_step_{version}.safetensors"
+
+
+ROLLOUT_SHARD_FILE = re.compile(r"^rollout_shard_step_(\d+)\.rank(\d+)-of-(\d+)\.safetensors$")
+
+
+def rollout_shard_file(version: int, rank: int, ranks: int) -> str:
+    """Training rank `rank`'s shard (of `ranks`) of the weights after step `version` inside a checkpoint folder
+    (rollout.weight_transfer collective)."""
+    return f"rollout_shard_step_{version}.rank{rank}-of-{ranks}.safetensors"

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import pytest
@@ -90,6 +91,18 @@ class Toy(Worker):
         self.lose_peer(dying)
 
     @register(Dispatch.ONE_TO_ALL)
+    def wait_for(self, folder: str) -> int:
+        """Block until `touch` marked this rank's file (from the rank's aside thread)."""
+        while not (Path(folder) / str(self.rank)).exists():
+            time.sleep(0.01)
+        return self.rank
+
+    @register(Dispatch.ONE_TO_ALL)
+    def touch(self, folder: str) -> int:
+        (Path(folder) / str(self.rank)).touch()
+        return self.rank
+
+    @register(Dispatch.ONE_TO_ALL)
     def refuse(self) -> None:
         raise UserError("set toy.offset to a number the toy likes")
 
@@ -158,6 +171,17 @@ def test_stream_hands_over_items_as_they_come_and_collects_the_last(group):
         group.stream(Toy.count_up, lambda rank, item: None, Batch(tensors={"x": torch.arange(6)}), fail_at=1)
     with pytest.raises(AttributeError, match="not a method of Toy"):  # methods, not names, and of its class
         group.stream(Worker.__init__, lambda rank, item: None)
+
+
+def test_an_aside_call_runs_beside_the_call_in_progress(group, tmp_path):
+    """`aside` runs in each rank's second thread: here it releases a call that waits for it (in the rank's own
+    thread it would wait behind that call for ever)."""
+    with ThreadPoolExecutor(1) as pool:
+        waiting = pool.submit(group.wait_for, str(tmp_path))
+        assert group.aside("touch", str(tmp_path)).result() == [0, 1]
+        assert waiting.result(timeout=30) == [0, 1]
+    with pytest.raises(AttributeError, match="not a registered ONE_TO_ALL"):
+        group.aside("add_offset", Batch(tensors={"x": torch.arange(2)}))
 
 
 def test_only_registered_methods_are_callable(group):

@@ -21,7 +21,7 @@ from or1.errors import UserError
 from or1.hybrid.batch import Batch
 from or1.hybrid.columns import POLICY_VERSION
 from or1.hybrid.worker_group import WorkerError
-from or1.layout import rollout_weights_file
+from or1.layout import rollout_shard_file
 from or1.trainer.separate import Separate as Pipelined
 from or1.trainer.step_log import PhaseTimer
 from or1.trainer.step_sampler import Sampled
@@ -45,6 +45,7 @@ def config(k: int, steps: int):
             f"rollout.max_staleness={k}",
             "algorithm.rollout_correction.is_level=token",
             f"trainer.steps={steps}",
+            "rollout.weight_transfer=object_store",  # FakeActor publishes a token through publish_weights
         ],
     )
 
@@ -263,10 +264,30 @@ def test_resume_in_async_mode_ends_where_the_uninterrupted_run_ends(
     kill_while_writing(
         command(run_dir, tiny_model_dir, tiny_data_dir, "never"), run_dir / "stage1" / "checkpoints", 3
     )
-    assert (run_dir / "stage1" / "checkpoints" / "step_2" / rollout_weights_file(1)).is_file()
+    # the weights after step 1, which step 3 samples with: the training rank's snapshot of its shard
+    assert (run_dir / "stage1" / "checkpoints" / "step_2" / rollout_shard_file(1, 0, 1)).is_file()
     run(command(run_dir, tiny_model_dir, tiny_data_dir, "auto"))
     assert same_trajectory(run_dir) == same_trajectory(uninterrupted)
     assert_same_weights(weights(run_dir / "stage1" / "final"), weights(uninterrupted / "stage1" / "final"))
+
+
+def test_the_object_store_route_samples_and_trains_exactly_as_the_collective_one(
+    tmp_path, uninterrupted, tiny_model_dir, tiny_data_dir
+):
+    """rollout.weight_transfer: the uninterrupted run sends each version by the gloo group; the same run with every
+    version gathered and put in Ray's object store samples the same responses and ends on the same weights."""
+    run_dir = tmp_path / "object_store"
+    cmd = command(run_dir, tiny_model_dir, tiny_data_dir, "never")
+    run([*cmd, "--set", "rollout.weight_transfer=object_store"])
+    assert same_trajectory(run_dir) == same_trajectory(uninterrupted)
+    for step in range(1, STEPS + 1):
+        assert responses(run_dir, step) == responses(uninterrupted, step)
+    assert_same_weights(weights(run_dir / "stage1" / "final"), weights(uninterrupted / "stage1" / "final"))
+
+
+def responses(run_dir: Path, step: int) -> list[tuple[str, str, int]]:
+    path = run_dir / "stage1" / "samples" / f"step_{step}.jsonl"
+    return [(r["prompt_key"], r["response"], r["policy_version"]) for r in map(json.loads, path.open())]
 
 
 def rollout_stream_pid(root: int) -> int | None:

@@ -149,6 +149,17 @@ class RolloutConfig(Section):
         "start's for the first steps), so the replicas sample step s+k while the trainer trains step s. 0: "
         "synchronous; 1: one batch sampled ahead (the usual asynchronous setting).",
     )
+    weight_transfer: Literal["collective", "object_store"] = Field(
+        "collective",
+        description="separate placement: how the weights reach the replicas after every update. collective: a gloo "
+        "process group between the training ranks and the replicas carries each rank's own shard, in buckets of "
+        "weight_bucket_mb, while the trainer trains on (no process gathers the whole model); object_store: every "
+        "rank gathers the whole model and rank 0 puts it in Ray's object store, where the replicas read it (for "
+        "replicas no group can reach, e.g. in another cluster).",
+    )
+    weight_bucket_mb: int = Field(
+        256, ge=1, description="collective weight transfer: about this many MiB of the full model per bucket."
+    )
     allow_uncorrected: bool = Field(
         False,
         description="Allow max_staleness > 0 without algorithm.rollout_correction (the sampler's log-probs as the "

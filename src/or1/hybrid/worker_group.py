@@ -27,6 +27,9 @@ from or1.hybrid.resource_pool import ResourcePool
 from or1.hybrid.worker import Worker
 
 Roles = Mapping[str, tuple[type[Worker], dict[str, Any]]]
+ASIDE = (
+    "aside"  # a rank actor's second thread: calls that run beside the one in progress (`WorkerGroup.aside`)
+)
 
 
 class WorkerError(RuntimeError):
@@ -59,8 +62,13 @@ class RankActor:
         """A generator method's items, each sent to the controller as it is yielded (a Ray streaming call)."""
         yield from getattr(self.roles[role], method)(*args, **kwargs)
 
+    @ray.method(concurrency_group=ASIDE)
+    def call_aside(self, role: str, method: str, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+        """`call` in the actor's aside thread: it runs beside the call in progress (one aside call at a time)."""
+        return getattr(self.roles[role], method)(*args, **kwargs)
 
-_RemoteRankActor = ray.remote(RankActor)
+
+_RemoteRankActor = ray.remote(concurrency_groups={ASIDE: 1})(RankActor)
 
 # How long a rank's failure waits for Ray to report a peer's death: a killed rank's peers fail in their collective
 # (a gloo "connection reset") often before Ray sees the process gone.
@@ -198,6 +206,20 @@ class WorkerGroup:
         call.__doc__ = getattr(self.worker_cls, method).__doc__
         return call
 
+    def aside(self, method: str, *args: Any, **kwargs: Any) -> Pending:
+        """Start the ONE_TO_ALL `method` on every rank in its aside thread, beside whatever the rank is running (a
+        weights transfer while the trainer trains or a replica samples); `.result()` waits for it."""
+        spec = method_spec(self.worker_cls, method)
+        if spec is None or spec.dispatch is not Dispatch.ONE_TO_ALL:
+            raise AttributeError(f"{self.worker_cls.__name__}.{method} is not a registered ONE_TO_ALL method")
+        self._actors.check_alive(self.name, method)
+        shared = [ray.put(args), ray.put(kwargs)]
+        return Pending(
+            self.name,
+            method,
+            [a.call_aside.remote(self._role, method, *shared) for a in self._actors.handles],
+        )
+
     def stream(
         self,
         method: Callable[..., Iterator[Any]],
@@ -246,6 +268,17 @@ class WorkerGroup:
 
     def __repr__(self) -> str:
         return f"WorkerGroup({self.name!r}, {self.worker_cls.__name__}, world_size={self.world_size})"
+
+
+class Pending:
+    """A call running on every rank of a group (`WorkerGroup.aside`)."""
+
+    def __init__(self, group: str, method: str, refs: list[ray.ObjectRef]) -> None:
+        self.group, self.method, self.refs = group, method, refs
+
+    def result(self) -> list[Any]:
+        """Every rank's result in rank order (a failure raises as a plain call's does)."""
+        return wait_all(self.group, self.method, self.refs)
 
 
 def colocate(

@@ -22,12 +22,12 @@ from or1.hybrid.batch import Batch
 from or1.hybrid.columns import POLICY_VERSION
 from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker_group import WorkerError, WorkerGroup
-from or1.layout import ROLLOUT_WEIGHTS_FILE, rollout_weights_file
 from or1.run_metrics import STALENESS_MAX
 from or1.trainer.checkpoint import CheckpointPart
 from or1.trainer.step_log import PhaseTimer
 from or1.trainer.step_sampler import ReplicaReplaced, Sampled, StepSampler
-from or1.workers.rollout_worker import RolloutRole, load_published, save_published
+from or1.trainer.weight_routes import Published, weight_route
+from or1.workers.rollout_worker import RolloutRole
 
 
 class Separate:
@@ -48,11 +48,12 @@ class Separate:
     ) -> None:
         self.actor, self.sampler, self.replicas = actor, sampler, replicas
         self.start_replicas, self.budget = start_replicas, RestartBudget(max_restarts)
+        self.route = weight_route(sampler.cfg, actor)  # rollout.weight_transfer
         self.k, self.steps = sampler.cfg.rollout.max_staleness, sampler.cfg.trainer.steps
         self.replica_version = 0  # the replicas start from the stage's model: version 0
         self.oldest = 0  # the oldest version there is to sample with (begin)
         self.in_flight = 0  # groups of the rollout call in progress
-        self.versions: dict[int, Any] = {}  # version -> publish_weights' (weights ref, probe)
+        self.versions: dict[int, Published] = {}  # version -> what the route published
         self.ready: dict[int, Sampled] = {}
         self.error: BaseException | None = None
         self.stopping = False
@@ -105,7 +106,7 @@ class Separate:
         return {"time/publish_weights": time.perf_counter() - began}
 
     def publish(self, version: int) -> None:
-        published = self.actor.publish_weights()[0]
+        published = self.route.publish(version, version - self.k, self.replicas)
         with self.cond:
             self.versions[version] = published
             for old in [v for v in self.versions if v < version - self.k]:
@@ -142,15 +143,12 @@ class Separate:
         with self.cond:
             latest = max(self.versions)
             older = {v: published for v, published in self.versions.items() if v < latest}
-        for version, (weights, _probe) in older.items():
-            save_published(weights, Path(path) / rollout_weights_file(version))
+        self.route.save(older, Path(path))
 
     def load_checkpoint(self, path: str) -> None:
+        versions = self.route.load(Path(path))
         with self.cond:
-            self.versions.clear()
-            for file in Path(path).iterdir():
-                if match := ROLLOUT_WEIGHTS_FILE.match(file.name):
-                    self.versions[int(match.group(1))] = (load_published(file), None)
+            self.versions = versions
 
     # ---- the sampling thread ---------------------------------------------------------------------------------------
     def _produce(self, first: int) -> None:
@@ -201,5 +199,5 @@ class Separate:
         if self.replica_version != version:
             with self.cond:
                 published = self.versions[version]
-            self.replicas.load_weights(version, published)
+            self.route.deliver(self.replicas, version, published)
             self.replica_version = version

@@ -38,6 +38,7 @@ from or1.hybrid.worker import Worker
 from or1.layout import CHECKPOINT_MODEL_DIR, rank_rng_file
 from or1.rng import ProcessRNG
 from or1.tokens import load_tokenizer
+from or1.workers import weight_transfer as transfer
 from or1.workers.rollout_worker import RolloutRole
 from or1.workers.weight_sync import WeightSync, actor_probe, tolerance
 
@@ -53,6 +54,9 @@ class ActorRolloutRefWorker(RolloutRole, Worker):
         self.cfg = config
         self.model_path = model_path
         self.loss_cfg = LossConfig.from_config(config)
+        self.snapshots: dict[
+            int, dict[str, torch.Tensor]
+        ] = {}  # version -> this rank's shard (collective route)
         self.init_distributed()
 
     @register(Dispatch.ONE_TO_ALL)
@@ -108,6 +112,57 @@ class ActorRolloutRefWorker(RolloutRole, Worker):
             ids, log_probs = actor_probe(self.actor, self.tokenizer, self.tokenizer.pad_token_id or 0)
             probe = (ids, log_probs, self.probe_tolerance)
         return (ray.put(weights), probe) if self.rank == 0 else None
+
+    # ---- the collective route to the replicas (rollout.weight_transfer collective, `weight_transfer`) -------------
+    @register(Dispatch.ONE_TO_ALL)
+    def snapshot_weights(self, version: int, keep_from: int) -> tuple[list[int], list[float], float] | None:
+        """Keep this rank's shard of the weights after step `version` on the host (in the dtype the unsharded
+        weights have), forget the snapshots before `keep_from`; rank 0 returns the push probe as publish_weights
+        does."""
+        self.snapshots = {v: s for v, s in self.snapshots.items() if v >= keep_from}
+        self.snapshots[version] = transfer.local_shards(self.actor.model, self._unsharded_dtype)
+        probe = None
+        if self.cfg.rollout.weight_sync_check:
+            ids, log_probs = actor_probe(self.actor, self.tokenizer, self.tokenizer.pad_token_id or 0)
+            probe = (ids, log_probs, self.probe_tolerance)
+        return probe if self.rank == 0 else None
+
+    @register(Dispatch.ONE_TO_ALL)
+    def weight_layout(self) -> list[transfer.TensorSpec]:
+        """What a snapshot holds (every rank checks its own part of it)."""
+        return transfer.layout(self.actor.model, self._unsharded_dtype, self.rank, self.world_size)
+
+    @property
+    def _unsharded_dtype(self) -> torch.dtype:
+        """The dtype of the actor's weights unsharded (FSDP2 gathers them in the compute dtype)."""
+        from or1.engines.train_settings import DTYPES
+
+        return DTYPES[self.actor.settings.compute_dtype]
+
+    @register(Dispatch.ONE_TO_ALL)
+    def weight_group_address(self) -> tuple[str, int]:
+        return transfer.free_address()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def join_weight_group(self, host: str, port: int, world: int) -> None:
+        """Join the transfer group as its rank `self.rank` (called aside, with the replicas joining)."""
+        self.weight_group = transfer.WeightGroup(host, port, self.rank, world, self.world_size)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def send_weights(self, version: int, specs: list[transfer.TensorSpec], bucket_bytes: int) -> int:
+        """Send the snapshot of `version` to the replicas (called aside, beside training); the bytes sent."""
+        return self.weight_group.send(specs, self.snapshots[version], bucket_bytes)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def save_weight_snapshots(self, path: str, versions: list[int]) -> None:
+        chosen = {version: self.snapshots[version] for version in versions}
+        transfer.save_snapshots(chosen, Path(path), self.rank, self.world_size)
+
+    @register(Dispatch.ONE_TO_ALL)
+    def load_weight_snapshots(self, path: str) -> list[int]:
+        """The snapshots a checkpoint holds for this rank (none from another world size); their versions."""
+        self.snapshots = transfer.load_snapshots(Path(path), self.rank, self.world_size)
+        return sorted(self.snapshots)
 
     # ---- log-probs -------------------------------------------------------------------------------------------------
     @register(Dispatch.DP_COMPUTE)

@@ -11,6 +11,7 @@ between requests, never in the middle of one (a Ray actor runs one call at a tim
 from __future__ import annotations
 
 import os
+import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -30,6 +31,7 @@ from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker import Worker
 from or1.tokens import load_tokenizer
+from or1.workers import weight_transfer as transfer
 from or1.workers.rollout_rows import FinishedRows
 from or1.workers.weight_sync import check_push
 
@@ -141,6 +143,9 @@ class RolloutWorker(RolloutRole, Worker):
         if threads:
             self.set_threads(threads)
         self.cfg, self.model_path = config, model_path
+        # the collective route: versions received beside sampling, until the controller asks for them
+        self.staged: dict[int, dict[str, torch.Tensor]] = {}
+        self.staged_lock = threading.Lock()
         self.init_distributed()
 
     @register(Dispatch.ONE_TO_ALL)
@@ -158,14 +163,36 @@ class RolloutWorker(RolloutRole, Worker):
         return {"rank": self.rank}
 
     @register(Dispatch.ONE_TO_ALL)
+    def join_weight_group(self, host: str, port: int, world: int, senders: int) -> None:
+        """Join the collective route's group after its `senders` training ranks (called aside); what was staged for
+        an earlier group is dropped."""
+        self.weight_group = transfer.WeightGroup(host, port, senders + self.rank, world, senders)
+        with self.staged_lock:
+            self.staged.clear()
+
+    @register(Dispatch.ONE_TO_ALL)
+    def receive_weights(self, version: int, specs: list[transfer.TensorSpec], bucket_bytes: int) -> None:
+        """Receive the weights after step `version` from the training ranks and stage them (called aside: the engine
+        samples on meanwhile)."""
+        weights = self.weight_group.receive(specs, bucket_bytes)
+        with self.staged_lock:
+            self.staged[version] = weights
+
+    @register(Dispatch.ONE_TO_ALL)
     def load_weights(self, version: int, published: list[Any]) -> int:
-        """Swap the engine's weights for `published` (`ActorRolloutRefWorker.publish_weights`'s: the weights' object
-        in Ray's store, and the push probe's ids, the actor's log-probs of them and their tolerance when
-        rollout.weight_sync_check), then check the
-        engine scores the probe like the actor did; the version it now samples with."""
+        """Swap the engine's weights for the version's: `published` is `ActorRolloutRefWorker.publish_weights`'s
+        (the weights' object in Ray's store, or None when they were staged by `receive_weights`, and the push
+        probe's ids, the actor's log-probs of them and their tolerance when rollout.weight_sync_check). Then check
+        the engine scores the probe like the actor did; the version it now samples with."""
         weights, probe = published
+        if weights is None:
+            with self.staged_lock:
+                weights = self.staged.pop(version)
+                self.staged = {v: w for v, w in self.staged.items() if v > version}
+        else:
+            weights = ray.get(weights)
         self.rollout.wake_up(tags=["weights"])
-        self.rollout.load_weights(ray.get(weights).items())
+        self.rollout.load_weights(weights.items())
         self.policy_version = version
         if probe is not None:
             ids, actor, tol = probe
