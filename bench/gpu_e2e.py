@@ -15,8 +15,8 @@ result one JSON line in OUTDIR/results.jsonl, the logs in OUTDIR/logs/, and a su
           varlen, token TIS on CUDA): stage 1 for 6 steps straight, the same stage interrupted by SIGINT once step 3
           is logged and resumed, then stage 2 for 2 steps; the resume checked against the straight run (below);
 - eval:   `or1 eval` of the result and `or1 report` of the run;
-- shapes: bench/gpu_check.py at real shapes (--cpu: its dry shapes): update tokens/s, MFU, each phase's peak
-          beside `or1 plan`'s number.
+- shapes: bench/gpu_check.py at real shapes (--cpu: its dry shapes), with both rollout engines where vLLM is
+          installed: update tokens/s, MFU, each phase's peak beside `or1 plan`'s number.
 Exit status 0 when every section is ok.
 
 The resume check: the interrupted run's steps up to the stop are not rewritten by the resume, and equal the straight
@@ -147,6 +147,10 @@ def kit(section: Section, cpu: bool) -> None:
     section.result["from"] = sorted({str(Path(path).parents[1]) for path in found.values()})
 
 
+def vllm_installed() -> bool:
+    return subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True).returncode == 0
+
+
 def doctor(section: Section, cpu: bool) -> None:
     code, text = section.run([*OR1, "doctor"], ok=(0, 1))
     verdict = [line for line in text.splitlines() if line.strip()][-1:]
@@ -164,8 +168,7 @@ def pytest_gpu(section: Section, cpu: bool) -> None:
         for path in (ROOT / "tests").rglob("test_*.py")
         if re.search(r"mark\.gpu\b|pytest\.mark\.gpu", path.read_text())
     )
-    has_vllm = subprocess.run([sys.executable, "-c", "import vllm"], capture_output=True).returncode == 0
-    marker = "gpu" if has_vllm else "gpu and not vllm"
+    marker = "gpu" if vllm_installed() else "gpu and not vllm"
     xml, measurements = section.out / "pytest.xml", section.out / "measurements.jsonl"
     section.run(
         [
@@ -289,7 +292,8 @@ def shapes(section: Section, cpu: bool) -> None:
         "--timeout",
         str(budget),
     ]
-    section.run(cmd + (["--dry-run"] if cpu else []))
+    engines = "hf,vllm" if vllm_installed() else "hf"  # a GPU node has no vLLM (docs/one-gpu.md)
+    section.run(cmd + ["--engines", engines] + (["--dry-run"] if cpu else []))
     cases = [json.loads(line) for line in rows.read_text().splitlines() if line.strip()]
     section.result.update(
         cases=len(cases),

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from test_gpu_check import assert_dry_rows
+
 SCRIPT = Path(__file__).resolve().parents[2] / "bench" / "gpu_e2e.py"
 
 
@@ -112,3 +114,8 @@ def test_the_cpu_rehearsal_runs_every_section(tmp_path):
     assert by_name["tiny"]["stopped_after"] >= 3
     assert by_name["pytest"]["failed"] == 0
     assert "| tiny | ok |" in done.stdout
+    # the shapes: bench/gpu_check.py's whole dry matrix with both engines, its table in the section's log
+    rows = [json.loads(line) for line in (tmp_path / "shapes.jsonl").read_text().splitlines()]
+    assert_dry_rows(rows, ("hf", "vllm"))
+    log = next((tmp_path / "logs").glob("shapes-*.log")).read_text()
+    assert "| dry | step | 16 | on | ok |" in log and "  vllm: rollout" in log

@@ -223,37 +223,30 @@ def test_a_checkpoint_before_the_first_step_leaves_that_step_alone(tmp_path: Pat
         torch.testing.assert_close(params["loaded"][name], value, atol=0, rtol=0)
 
 
-def _on_policy_rank(rank: int, world: int, init_file: str, model_dir: str, sp: int, out_dir: str) -> None:
+def _on_policy_rank(rank: int, world: int, init_file: str, model_dir: str, out_file: str) -> None:
+    """Per sequence-parallel size: `_keeps_old_log_probs`, then `_weighs_like_a_separate_pass`, in the same two rank
+    processes."""
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.set_num_threads(1)
-    engine = FSDPPolicyEngine(model_dir, TrainSettings(lr=LR, micro_batch_size=3, sequence_parallel_size=sp))
-    batch = make_batch(8).chunk(world)[rank]
+    results = {}
+    for sp in (1, 2):
+        settings = TrainSettings(lr=LR, micro_batch_size=3, sequence_parallel_size=sp)
+        batch = make_batch(8).chunk(world)[rank]
+        results[sp] = (_keeps_old_log_probs(model_dir, settings, batch), _weighs(model_dir, settings, batch))
+    torch.save(results, Path(out_file).with_suffix(f".rank{rank}.pt"))
+
+
+def _keeps_old_log_probs(model_dir: str, settings: TrainSettings, batch: Batch) -> tuple:
+    engine = FSDPPolicyEngine(model_dir, settings)
     before = engine.log_probs(batch, temperature=1.0).tensors["log_probs"]
     engine.train_step(batch.drop(["old_log_probs"]), LossConfig(), temperature=1.0)
-    torch.save((before, engine.on_policy_log_probs), Path(out_dir) / f"rank{rank}.pt")
+    return before, engine.on_policy_log_probs
 
 
-@pytest.mark.parametrize("sp", [1, 2])
-def test_an_on_policy_update_keeps_the_old_log_probs_of_its_own_rows(
-    tmp_path: Path, model_dir: Path, sp: int
-):
-    """What the sampler-mismatch metrics read after a fused update: each rank's rows, as a log-prob pass gives them
-    (2 data-parallel ranks, or one sequence-parallel group pooling both shares)."""
-    spawn_ranks(_on_policy_rank, 2, str(tmp_path / "pg"), str(model_dir), sp, str(tmp_path))
-    for rank in range(2):
-        before, kept = torch.load(tmp_path / f"rank{rank}.pt")
-        assert kept.shape == before.shape == (4, RESPONSE_W)
-        torch.testing.assert_close(kept, before, atol=1e-5, rtol=0)
-
-
-def _weighted_rank(rank: int, world: int, init_file: str, model_dir: str, sp: int, out_dir: str) -> None:
+def _weighs(model_dir: str, settings: TrainSettings, batch: Batch) -> dict:
     """The same step twice from the same weights: importance weights from a separate log-prob pass, and from the
     on-policy update's own forward."""
-    dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
-    torch.set_num_threads(1)
-    settings = TrainSettings(lr=LR, micro_batch_size=3, sequence_parallel_size=sp)
     g = torch.Generator().manual_seed(1)
-    batch = make_batch(8).chunk(world)[rank]
     results = {}
     for level in ("token", "sequence"):
         correction = CorrectionSettings(is_level=level, is_cap=1.5)
@@ -276,17 +269,33 @@ def _weighted_rank(rank: int, world: int, init_file: str, model_dir: str, sp: in
             for name, engine in (("separate", separate), ("fused", fused))
         }
         results[level] = (metrics, params, float((weights == 1.5).float().sum()), float((weights < 1).sum()))
-    torch.save(results, Path(out_dir) / f"weighted{rank}.pt")
+    return results
+
+
+@pytest.fixture(scope="module")
+def on_policy_updates(tmp_path_factory: pytest.TempPathFactory, model_dir: Path) -> list[dict]:
+    """Each rank's on-policy update results per sequence-parallel size (1: 2 data-parallel ranks, 2: one group)."""
+    tmp = tmp_path_factory.mktemp("on_policy")
+    spawn_ranks(_on_policy_rank, 2, str(tmp / "pg"), str(model_dir), str(tmp / "out.pt"))
+    return [torch.load(tmp / f"out.rank{rank}.pt", weights_only=False) for rank in range(2)]
 
 
 @pytest.mark.parametrize("sp", [1, 2])
-def test_an_on_policy_update_weighs_tokens_like_a_separate_pass(tmp_path: Path, model_dir: Path, sp: int):
+def test_an_on_policy_update_keeps_the_old_log_probs_of_its_own_rows(on_policy_updates: list[dict], sp: int):
+    """What the sampler-mismatch metrics read after a fused update: each rank's rows, as a log-prob pass gives them
+    (2 data-parallel ranks, or one sequence-parallel group pooling both shares)."""
+    for rank in range(2):
+        before, kept = on_policy_updates[rank][sp][0]
+        assert kept.shape == before.shape == (4, RESPONSE_W)
+        torch.testing.assert_close(kept, before, atol=1e-5, rtol=0)
+
+
+@pytest.mark.parametrize("sp", [1, 2])
+def test_an_on_policy_update_weighs_tokens_like_a_separate_pass(on_policy_updates: list[dict], sp: int):
     """Truncated importance sampling without the old-log-prob pass: the fused update's weights, computed from its
     own forward, train exactly like the controller's from a separate pass (token and sequence level; 2 ranks, data
     or sequence parallel)."""
-    spawn_ranks(_weighted_rank, 2, str(tmp_path / "pg"), str(model_dir), sp, str(tmp_path))
-    results = torch.load(tmp_path / "weighted0.pt", weights_only=False)
-    for level, (metrics, params, capped, below) in results.items():
+    for level, (metrics, params, capped, below) in on_policy_updates[0][sp][1].items():
         assert capped > 0 and below > 0, level  # the cap and the ratio both shaped the loss
         assert metrics["fused"]["pg_loss"] == pytest.approx(
             metrics["separate"]["pg_loss"], rel=1e-5, abs=1e-7

@@ -95,50 +95,61 @@ def untied_copy(model_dir: Path, out: Path) -> Path:
     return out
 
 
-def _rank(
-    rank: int, world: int, init_file: str, model_dir: str, sp: int, packed: bool, out_file: str
-) -> None:
-    """Unfused then fused: log-probs and entropy at T = 0.7, then one PPO step with an entropy bonus."""
+# (tied head, sequence-parallel size, packed rows) per case: each runs in the same two rank processes
+CASES = {
+    "tied-padded": (True, 1, False),
+    "tied-packed": (True, 1, True),
+    "untied-packed": (False, 1, True),
+    "tied-sp2": (True, 2, True),
+    "untied-sp2": (False, 2, True),
+}
+
+
+def _rank(rank: int, world: int, init_file: str, models: dict[bool, str], out_file: str) -> None:
+    """For each case, unfused then fused: log-probs and entropy at T = 0.7, then one PPO step with an entropy
+    bonus."""
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank, world_size=world)
     torch.set_num_threads(1)
-    results = []
-    for fused in (False, True):
-        settings = TrainSettings(
-            lr=1e-3,
-            micro_batch_size=3,
-            remove_padding=packed,
-            sequence_parallel_size=sp,
-            fused_head=fused,
-            head_chunk_tokens=7,  # several chunks per micro-batch, the last one short
-        )
-        engine = FSDPPolicyEngine(model_dir, settings)
-        batch = make_batch(8).chunk(world // sp)[rank // sp]
-        out = engine.log_probs(batch, temperature=0.7, with_entropy=True)
-        metrics = engine.train_step(batch, LossConfig(), temperature=0.7, entropy_coef=0.01)
-        results.append(
-            {
-                "log_probs": out.tensors["log_probs"],
-                "entropy": out.tensors["entropy"],
-                "metrics": metrics,
-                "params": {name: t.clone() for name, t in engine.named_full_params()},
-            }
-        )
+    results = {}
+    for case, (tied, sp, packed) in CASES.items():
+        results[case] = []
+        for fused in (False, True):
+            settings = TrainSettings(
+                lr=1e-3,
+                micro_batch_size=3,
+                remove_padding=packed,
+                sequence_parallel_size=sp,
+                fused_head=fused,
+                head_chunk_tokens=7,  # several chunks per micro-batch, the last one short
+            )
+            engine = FSDPPolicyEngine(models[tied], settings)
+            batch = make_batch(8).chunk(world // sp)[rank // sp]
+            out = engine.log_probs(batch, temperature=0.7, with_entropy=True)
+            metrics = engine.train_step(batch, LossConfig(), temperature=0.7, entropy_coef=0.01)
+            results[case].append(
+                {
+                    "log_probs": out.tensors["log_probs"],
+                    "entropy": out.tensors["entropy"],
+                    "metrics": metrics,
+                    "params": {name: t.clone() for name, t in engine.named_full_params()},
+                }
+            )
     if rank == 0:
         torch.save(results, out_file)
 
 
-@pytest.mark.parametrize(
-    "tied, sp, packed",
-    [(True, 1, False), (True, 1, True), (False, 1, True), (True, 2, True), (False, 2, True)],
-    ids=["tied-padded", "tied-packed", "untied-packed", "tied-sp2", "untied-sp2"],
-)
-def test_the_fused_engine_equals_the_unfused_one_on_two_ranks(
-    tmp_path: Path, model_dir: Path, tied: bool, sp: int, packed: bool
-) -> None:
-    model = model_dir if tied else untied_copy(model_dir, tmp_path / "untied")
-    out = tmp_path / "out.pt"
-    spawn_ranks(_rank, 2, str(tmp_path / "pg"), str(model), sp, packed, str(out), nprocs=2)
-    unfused, fused = torch.load(out, weights_only=False)
+@pytest.fixture(scope="module")
+def engines_on_two_ranks(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict:
+    """Every case's unfused and fused results, from one pair of rank processes."""
+    tmp = tmp_path_factory.mktemp("fused_two_ranks")
+    models = {True: str(model_dir), False: str(untied_copy(model_dir, tmp / "untied"))}
+    spawn_ranks(_rank, 2, str(tmp / "pg"), models, str(tmp / "out.pt"), nprocs=2)
+    return torch.load(tmp / "out.pt", weights_only=False)
+
+
+@pytest.mark.parametrize("case", list(CASES))
+def test_the_fused_engine_equals_the_unfused_one_on_two_ranks(engines_on_two_ranks: dict, case: str) -> None:
+    unfused, fused = engines_on_two_ranks[case]
     torch.testing.assert_close(fused["log_probs"], unfused["log_probs"], atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(fused["entropy"], unfused["entropy"], atol=1e-5, rtol=1e-5)
     for key in ("pg_loss", "entropy_loss", "grad_norm", "entropy"):

