@@ -27,9 +27,8 @@ from or1.hybrid.resource_pool import ResourcePool
 from or1.hybrid.worker import Worker
 
 Roles = Mapping[str, tuple[type[Worker], dict[str, Any]]]
-ASIDE = (
-    "aside"  # a rank actor's second thread: calls that run beside the one in progress (`WorkerGroup.aside`)
-)
+# A rank actor's second thread: calls that run beside the one in progress (`WorkerGroup.aside`)
+ASIDE = "aside"
 
 
 class WorkerError(RuntimeError):
