@@ -110,14 +110,16 @@ class TrainingRank:
 
 @ray.remote(num_cpus=0)
 class Replica:
-    def object_store(self, refs: list) -> int:
+    def object_store(self, refs: list) -> tuple[int, int]:
+        """Copy the model out of the object store; this process's peak KiB over it and the bytes it holds."""
         before = reset_peak()
         weights = ray.get(refs[0])
         held = sum(t.numel() * t.element_size() for t in weights.values())
         del weights
         return rss_kib("VmHWM") - before, held
 
-    def collective(self, host: str, port: int, specs: list) -> int:
+    def collective(self, host: str, port: int, specs: list) -> tuple[int, int]:
+        """Receive the model from the two ranks; this process's peak KiB over it and the bytes it holds."""
         from or1.workers import weight_transfer as transfer
 
         before = reset_peak()
