@@ -131,7 +131,7 @@ class Replica:
 
 
 def one_round(shape: str, route: str) -> dict:
-    from or1.workers.weight_transfer import free_address
+    from or1.hybrid.worker_group import free_address
 
     host, port = free_address()
     ranks = [TrainingRank.remote(r, 2, f"tcp://{host}:{port}", shape) for r in range(2)]

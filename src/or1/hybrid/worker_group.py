@@ -39,15 +39,20 @@ class WorkerError(RuntimeError):
         self.group, self.rank, self.method, self.detail, self.died = group, rank, method, detail, died
 
 
+def free_address() -> tuple[str, int]:
+    """This node's IP and a port free right now (for a rendezvous this process serves)."""
+    with socket.socket() as s:
+        s.bind(("", 0))
+        port = s.getsockname()[1]
+    return ray.util.get_node_ip_address(), port
+
+
 class RankActor:
     """The Ray actor of one rank: hosts one instance of each colocated role and routes calls to it."""
 
     def address(self) -> tuple[str, int]:
         """This node's IP and a port free right now, for rank 0 to serve torch.distributed's rendezvous."""
-        with socket.socket() as s:
-            s.bind(("", 0))
-            port = s.getsockname()[1]
-        return ray.util.get_node_ip_address(), port
+        return free_address()
 
     def setup(self, env: dict[str, str], roles: dict[str, tuple[type[Worker], dict[str, Any]]]) -> None:
         """Set the rank environment, then construct every role (their __init__ may already use it)."""

@@ -35,6 +35,7 @@ from or1.hybrid.columns import (
 from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker import Worker
+from or1.hybrid.worker_group import free_address
 from or1.layout import CHECKPOINT_MODEL_DIR, rank_rng_file
 from or1.rng import ProcessRNG
 from or1.tokens import load_tokenizer
@@ -141,7 +142,7 @@ class ActorRolloutRefWorker(RolloutRole, Worker):
 
     @register(Dispatch.ONE_TO_ALL)
     def weight_group_address(self) -> tuple[str, int]:
-        return transfer.free_address()
+        return free_address()  # the transfer group's store, served by rank 0
 
     @register(Dispatch.ONE_TO_ALL)
     def join_weight_group(self, host: str, port: int, world: int) -> None:

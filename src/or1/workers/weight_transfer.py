@@ -16,13 +16,11 @@ host copy as it does from Ray's store.
 from __future__ import annotations
 
 import math
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-import ray
 import torch
 import torch.distributed as dist
 from safetensors.torch import load_file, save_file
@@ -105,13 +103,6 @@ def buckets(specs: list[TensorSpec], bucket_bytes: int) -> list[list[TensorSpec]
 def rank_part(bucket: list[TensorSpec], rank: int) -> int:
     """The bytes of `rank`'s part of a bucket."""
     return sum(s.rows[rank] * s.row_bytes for s in bucket)
-
-
-def free_address() -> tuple[str, int]:
-    """This node's address and a port free right now (for the group's store)."""
-    with socket.socket() as s:
-        s.bind(("", 0))
-        return ray.util.get_node_ip_address(), s.getsockname()[1]
 
 
 class WeightGroup:
