@@ -108,11 +108,16 @@ class ActorRolloutRefWorker(RolloutRole, Worker):
         gathers; rank 0 puts them in Ray's object store and returns the reference, other ranks None), with the push
         probe's ids, the actor's log-probs of them and their tolerance when rollout.weight_sync_check."""
         weights = {name: tensor.cpu() for name, tensor in self.actor.named_full_params()}
-        probe = None
-        if self.cfg.rollout.weight_sync_check:
-            ids, log_probs = actor_probe(self.actor, self.tokenizer, self.tokenizer.pad_token_id or 0)
-            probe = (ids, log_probs, self.probe_tolerance)
+        probe = self._push_probe()
         return (ray.put(weights), probe) if self.rank == 0 else None
+
+    def _push_probe(self) -> tuple[list[int], list[float], float] | None:
+        """The push probe's ids, the actor's log-probs of them and their tolerance when rollout.weight_sync_check
+        (collective: every rank scores it)."""
+        if not self.cfg.rollout.weight_sync_check:
+            return None
+        ids, log_probs = actor_probe(self.actor, self.tokenizer, self.tokenizer.pad_token_id or 0)
+        return ids, log_probs, self.probe_tolerance
 
     # ---- the collective route to the replicas (rollout.weight_transfer collective, `weight_transfer`) -------------
     @register(Dispatch.ONE_TO_ALL)
@@ -122,10 +127,7 @@ class ActorRolloutRefWorker(RolloutRole, Worker):
         does."""
         self.snapshots = {v: s for v, s in self.snapshots.items() if v >= keep_from}
         self.snapshots[version] = transfer.local_shards(self.actor.model, self._unsharded_dtype)
-        probe = None
-        if self.cfg.rollout.weight_sync_check:
-            ids, log_probs = actor_probe(self.actor, self.tokenizer, self.tokenizer.pad_token_id or 0)
-            probe = (ids, log_probs, self.probe_tolerance)
+        probe = self._push_probe()
         return probe if self.rank == 0 else None
 
     @register(Dispatch.ONE_TO_ALL)
