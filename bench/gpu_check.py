@@ -21,7 +21,9 @@ go through what a training step does on one rank, with or1's own code, case by c
   engine the hand-off of `WeightSync.rollout_phase` (wake the engine's weights, push the actor's: seconds per GiB,
   offload the actor, wake the KV cache, generate 16 prompts x 4 samples x 256 new tokens: tokens/s, sleep, onload);
 - each phase's peak memory (`torch.cuda.max_memory_allocated`; on the CPU the resident set's peak) beside what
-  `or1 plan` counts for the same settings, from or1.plan.memory's own terms (`planned_gib`), and measured / plan.
+  `or1 plan` counts for the same settings, from or1.plan.memory's own terms (`planned_gib`), and measured / plan;
+  on the GPU also the allocator's reserved peak (`*_reserved_gib`, what the plan's fragmentation allowance stands
+  for) and the memory in use beyond what PyTorch reserved (`outside_gib`: the plan's CUDA context and NCCL terms).
 Cases run most informative first: the trainable shapes in the order given with checkpointing, each length in turn,
 then without, then the 7B log-prob passes. Each (shape, checkpointing) runs in a process of its own (a vLLM engine
 and a process group per process, all memory back after). A case that runs out of CUDA memory is a row with status
@@ -248,6 +250,20 @@ def peak_memory_gib(device: torch.device) -> float:
     return status_kib("VmHWM") / 2**20
 
 
+def reserved_gib(device: torch.device) -> float | None:
+    """The caching allocator's reserved peak since the last reset (None on the CPU)."""
+    return torch.cuda.max_memory_reserved(device) / GIB if device.type == "cuda" else None
+
+
+def outside_gib(device: torch.device) -> float | None:
+    """GPU memory in use beyond what PyTorch reserved: the CUDA context, NCCL's and the libraries' buffers (and
+    any other process on the GPU); None on the CPU."""
+    if device.type != "cuda":
+        return None
+    free, total = torch.cuda.mem_get_info(device)
+    return (total - free - torch.cuda.memory_reserved(device)) / GIB
+
+
 def reset_peak(device: torch.device) -> None:
     if device.type == "cuda":
         torch.cuda.synchronize(device)
@@ -331,7 +347,12 @@ def step_phase(actor, case: Case, work: Work, device: torch.device, peak_tflops:
         batch = batch.union(type(batch)({"old_log_probs": old}))
         actor.train_step(batch, LossConfig(), temperature=1.0)
     seconds, peak = timed(device, lambda: actor.log_probs(batch, temperature=1.0))
-    row = {"tokens": tokens, "log_prob_tok_s": tokens / seconds, "log_prob_peak_gib": peak}
+    row = {
+        "tokens": tokens,
+        "log_prob_tok_s": tokens / seconds,
+        "log_prob_peak_gib": peak,
+        "log_prob_reserved_gib": reserved_gib(device),
+    }
     model = model_shape(case.shape)
     row["log_prob_mfu"] = mfu(forward_flops(model, lengths, logits).total / seconds, peak_tflops)
     if trains:
@@ -340,8 +361,8 @@ def step_phase(actor, case: Case, work: Work, device: torch.device, peak_tflops:
         )
         flops = training_flops(model, lengths, logits) / seconds
         row |= {"update_tok_s": tokens / seconds, "update_peak_gib": peak, "update_tflops": flops / 1e12}
-        row["mfu"] = mfu(flops, peak_tflops)
-    return row
+        row |= {"update_reserved_gib": reserved_gib(device), "mfu": mfu(flops, peak_tflops)}
+    return row | {"outside_gib": outside_gib(device)}
 
 
 def generate_phase(actor, settings, folder: Path, case: Case, work: Work, engines: list[str], device) -> dict:

@@ -59,6 +59,7 @@ def assert_dry_rows(rows: list[dict], engines: tuple[str, ...]) -> None:
     for r in (r for r in rows if r["phase"] == "step"):
         assert STEP_KEYS <= r.keys() and r["update_tok_s"] > 0 and r["log_prob_tok_s"] > 0
         assert r["mfu"] is None  # no CPU peak known
+        assert r["update_reserved_gib"] is None and r["outside_gib"] is None  # CUDA's allocator readings
         assert r["update_ratio"] == pytest.approx(r["update_peak_gib"] / r["update_plan_gib"])
         assert r["log_prob_ratio"] == pytest.approx(r["log_prob_peak_gib"] / r["log_prob_plan_gib"])
     for r in (r for r in rows if r["phase"] == "log-probs"):  # a log-prob pass, no update

@@ -341,7 +341,7 @@ def test_the_update_and_log_prob_peaks_at_the_allocator_are_the_plans_within_10_
     """One update and one log-prob pass (entropy bonus, its gradient through the head) on 2 gloo ranks: the most
     bytes the allocator held (shards, moments, gathered parameters, saved activations, the head's and the losses'
     transients, FSDP2's buffers) on the rank with the longer sequences, against the plan's phase at the budget less
-    what only a GPU has (context, NCCL's buffers). Measured 0.7% under to 5.7% over: the plan counts all gradients
+    what only a GPU has (context, NCCL's buffers, the CUDA allocator's fragmentation). Measured 0.7% under to 5.7% over: the plan counts all gradients
     (at the peak, early in the backward, few exist yet) and every sequence at the budget."""
     folder = tmp_path / "model"
     tiny_model(**PEAK_SHAPE).save_pretrained(folder)
@@ -350,7 +350,7 @@ def test_the_update_and_log_prob_peaks_at_the_allocator_are_the_plans_within_10_
     measured = json.loads(out.read_text())
     plan = plan_stage(peak_recipe(folder, *PEAK_CASES[name]), read_model_shape(folder), Device(2, 1000 * GIB))
     for phase in plan.phases:
-        planned = sum(v for k, v in phase.parts.items() if k not in ("context", "nccl"))
+        planned = sum(v for k, v in phase.parts.items() if k not in ("context", "nccl", "fragmentation"))
         peak = max(rank[phase.name] for rank in measured)  # the rank with the longer sequences
         assert abs(planned - peak) <= 0.10 * peak, (phase.name, planned / peak)
 

@@ -107,7 +107,8 @@ def test_a_separate_placement_plans_the_trainer_and_the_replicas_apart():
     assert phases["update"].parts["params"] == 2 * sync["update"].parts["params"]  # 4 shards instead of 8
     replica = phases["rollout replica"].parts
     assert not any(k in replica for k in ("params", "adam", "actor"))
-    assert replica["vllm weights"] + replica["vllm workspace"] + replica["kv cache"] == int(0.8 * H100.memory)
+    vllm_parts = ("vllm weights", "vllm workspace", "graphs", "kv cache")
+    assert sum(replica[k] for k in vllm_parts) == int(0.8 * H100.memory)
     assert plan.fits and not plan.problems
     crowded = plan_stage(resolve("or1-7b-async", 2, ["rollout.replicas=6"]), shape, H100)
     assert not crowded.fits and "needs 10 GPUs" in crowded.problems[0]
@@ -459,28 +460,29 @@ def test_the_fused_head_is_the_cheapest_lever_when_it_is_off():
     assert fused <= 0.72 * whole
 
 
-def test_enforce_eager_plans_no_cuda_graphs_and_is_offered_as_a_fix():
-    """rollout.enforce_eager: vLLM captures no CUDA graphs, so every phase it is awake in holds 2.5 GiB less (or1-7b
-    stage 1 at gpu_memory_utilization 0.9 goes from 79.2 GiB, over an H100's 79.1, to 76.7); the advice offers it
-    where vLLM would capture them, never twice, never for the HF engine."""
+def test_vllm_cuda_graphs_take_kv_cache_not_memory_beyond_the_share():
+    """vLLM (0.21 and later) takes its CUDA graphs out of its gpu_memory_utilization share: with or without
+    rollout.enforce_eager the engine holds its share while it samples, and without graphs its KV cache is larger by
+    what they held; the weight push, where the graphs are awake beside the weights, holds them on top. The advice
+    offers enforce_eager (more KV cache) where vLLM would capture graphs, never twice, never for the HF engine."""
     shape = read_model_shape(CONFIGS / "qwen2-7b.json")
-    tight = ["rollout.gpu_memory_utilization=0.9"]
+    share = int(resolve("or1-7b", 1).rollout.gpu_memory_utilization * H100.memory)
     graphs, eager = (
-        plan_stage(resolve("or1-7b", 1, tight + sets), shape, H100)
+        {p.name: p for p in plan_stage(resolve("or1-7b", 1, sets), shape, H100).phases}
         for sets in ([], ["rollout.enforce_eager=true"])
     )
-    for with_graphs, without in zip(graphs.phases, eager.phases, strict=True):
-        held = with_graphs.parts.get("graphs", 0)
-        assert held == (
-            CUDA_GRAPHS if "vllm weights" in with_graphs.parts or "vllm" in with_graphs.parts else 0
-        )
-        assert without.parts.get("graphs", 0) == 0 and with_graphs.peak - without.peak == held
-    assert not graphs.fits and eager.fits
+    vllm_parts = ("vllm weights", "vllm workspace", "graphs", "kv cache")
+    for plan in (graphs, eager):
+        assert sum(plan["rollout"].parts[k] for k in vllm_parts) == share
+        assert plan["vllm start"].parts["vllm"] == share
+    assert graphs["rollout"].parts["graphs"] == CUDA_GRAPHS and eager["rollout"].parts["graphs"] == 0
+    assert eager["rollout"].parts["kv cache"] - graphs["rollout"].parts["kv cache"] == CUDA_GRAPHS
+    assert graphs["weight push"].peak - eager["weight push"].peak == CUDA_GRAPHS
+    for name in ("vllm start", "rollout", "log-probs", "update"):
+        assert graphs[name].peak == eager[name].peak
     replica = plan_stage(resolve("or1-7b-async", 2, ["rollout.enforce_eager=true"]), shape, H100).phases[0]
     assert replica.name == "rollout replica" and replica.parts["graphs"] == 0
-    offered = [
-        c for c in _candidates(resolve("or1-7b", 1, tight), shape, H100) if c.get("rollout.enforce_eager")
-    ]
+    offered = [c for c in _candidates(resolve("or1-7b", 1), shape, H100) if c.get("rollout.enforce_eager")]
     assert offered and offered[0] == {"rollout.enforce_eager": True}  # alone first, then in combinations
     for sets in (["rollout.enforce_eager=true"], ["rollout.engine=hf"]):
         assert not any(

@@ -65,7 +65,7 @@ def _candidates(cfg: RunConfig, shape: ModelShape, device: Device):
         [(0, {})]
         + ([(1, {"model.gradient_checkpointing": True})] if not cfg.model.gradient_checkpointing else []),
         [(0, {})] + ([(1, {"actor.offload": True})] if not a.offload and r.engine == "vllm" else []),
-        # no CUDA graphs: slower decoding of small batches
+        # no CUDA graphs: their part of vLLM's share goes to the KV cache; slower decoding of small batches
         [(0, {})]
         + ([(2, {"rollout.enforce_eager": True})] if not r.enforce_eager and r.engine == "vllm" else []),
         # the blocks' inputs on the host: a copy each way per block (needs checkpointing, merged in if off)

@@ -1,8 +1,9 @@
 """The vLLM engine's phases: beside the actor on a training rank (start, weight push, generation), or as a replica of
 the separate placement on GPUs of its own; and whether its KV cache holds a full-length sequence.
 
-vLLM captures its CUDA graphs (`CUDA_GRAPHS`) outside its gpu_memory_utilization share: every phase the engine is
-awake in holds them, unless rollout.enforce_eager captures none.
+vLLM (0.21 and later; or1 takes 0.32 and later) sizes its CUDA graphs (`CUDA_GRAPHS`) before its KV cache and takes
+them out of its gpu_memory_utilization share: they cost KV cache, not memory beyond the share, while the engine is
+awake (asleep, they wait on the host with its weights); rollout.enforce_eager captures none.
 """
 
 from __future__ import annotations
@@ -16,35 +17,36 @@ from or1.plan.memory import GIB, ShardState
 from or1.plan.model import ModelShape
 from or1.plan.phase import CUDA_CONTEXT, NCCL_BUFFERS, Phase
 
-# vLLM's CUDA graphs of the decode batch sizes, captured after it sizes its KV cache and held outside its
-# gpu_memory_utilization share while the engine is awake (vllm-project/vllm#11251); vLLM logs their size ("Graph
-# capturing finished ..., took X GiB"), and nvidia-smi with and without --enforce-eager read 2,464 MiB apart in
-# vllm-project/vllm#7553: the larger published reading.
-CUDA_GRAPHS = int(2.5 * GIB)
+# vLLM's CUDA graphs of the decode batch sizes: profiled before the KV cache is sized and subtracted from the share
+# (vllm/v1/worker/gpu_worker.py `determine_available_memory`, VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default
+# since 0.21), kept on the GPU whenever any of the engine is awake (`wake_up` restores the "cudagraph" pool with any
+# tag). Their size as vLLM's profiler reads it on an H100: 0.10 GiB for Qwen3-0.6B, 0.39 for gpt-oss-20b, 1.03 for
+# gpt-oss-120b (llm-d/llm-d-benchmark config_explorer/empirical-vllm-memory-results.md): 1 GiB planned.
+CUDA_GRAPHS = GIB
 # vLLM's offline defaults on GPUs of 70 GiB and more (engine/arg_utils), below that 8192 tokens and 256 sequences
 BATCHED_TOKENS = {True: 16384, False: 8192}
 MAX_SEQUENCES = {True: 1024, False: 256}
 
 
 def graphs_bytes(cfg: RunConfig) -> int:
-    """What vLLM's CUDA graphs hold while the engine is awake: none under rollout.enforce_eager."""
+    """What vLLM's CUDA graphs hold of its share while the engine is awake: none under rollout.enforce_eager."""
     return 0 if cfg.rollout.enforce_eager else CUDA_GRAPHS
 
 
 def rollout_phases(
     cfg: RunConfig, shape: ModelShape, device: Device, shards: ShardState, c: int, ref: int
 ) -> tuple[list[Phase], list[str], list[str]]:
-    """vLLM's start (beside the actor's parameters, before any offload), the weight push (engine weights awake,
-    the actor still on the GPU, one unit gathered and copied) and the generation (vLLM's share of the GPU, its
-    CUDA graphs, plus whatever of the actor and the reference (`ref`) stays there). Returns the phases, notes and
-    problems."""
+    """vLLM's start (its share beside the actor's parameters, before any offload: vLLM refuses to start when the
+    GPU's free memory is below its share), the weight push (engine weights and CUDA graphs awake, the actor still
+    on the GPU, one unit gathered and copied) and the generation (vLLM's share of the GPU, plus whatever of the actor
+    and the reference (`ref`) stays there). Returns the phases, notes and problems."""
     r, a = cfg.rollout, cfg.actor
     engine = int(r.gpu_memory_utilization * device.memory)
-    weights, workspace, kv = engine_parts(cfg, shape, device, c)
+    weights, workspace, graphs, kv = engine_parts(cfg, shape, device, c)
     host = a.fsdp_cpu_offload
     resident = 0 if host else shards.parameters + shards.optimizer
     unit = max(shape.root_parameters, shape.layer_parameters) * c
-    outside = {"graphs": graphs_bytes(cfg), "context": CUDA_CONTEXT, "nccl": NCCL_BUFFERS}
+    outside = {"context": CUDA_CONTEXT, "nccl": NCCL_BUFFERS}
     start = Phase(
         "vllm start",
         {"actor": 0 if host else shards.parameters, "vllm": engine, **outside},
@@ -55,6 +57,7 @@ def rollout_phases(
             "actor": resident,
             "ref": ref,
             "vllm weights": weights,
+            "graphs": graphs,
             "gathered": 2 * unit,
             **outside,
         },
@@ -66,6 +69,7 @@ def rollout_phases(
             "ref": ref,
             "vllm weights": weights,
             "vllm workspace": workspace,
+            "graphs": graphs,
             "kv cache": kv,
             **outside,
         },
@@ -76,14 +80,16 @@ def rollout_phases(
     return [start, push, generate], notes, problems
 
 
-def engine_parts(cfg: RunConfig, shape: ModelShape, device: Device, c: int) -> tuple[int, int, int]:
-    """One vLLM engine's per-GPU weights, workspace and KV cache (what is left of its gpu_memory_utilization share)."""
+def engine_parts(cfg: RunConfig, shape: ModelShape, device: Device, c: int) -> tuple[int, int, int, int]:
+    """One vLLM engine's per-GPU weights, workspace, CUDA graphs and KV cache (what is left of its
+    gpu_memory_utilization share)."""
     tp = cfg.rollout.tensor_parallel_size
     large = device.memory >= 70 * GIB
     weights = memory.rollout_weight_bytes(shape, tp, c)
     workspace = memory.rollout_workspace_bytes(shape, tp, c, BATCHED_TOKENS[large], MAX_SEQUENCES[large])
+    graphs = graphs_bytes(cfg)
     share = int(cfg.rollout.gpu_memory_utilization * device.memory)
-    return weights, workspace, max(0, share - weights - workspace)
+    return weights, workspace, graphs, max(0, share - weights - workspace - graphs)
 
 
 def engine_check(
@@ -115,17 +121,17 @@ def replica_phases(
     cfg: RunConfig, shape: ModelShape, device: Device, c: int
 ) -> tuple[list[Phase], list[str], list[str]]:
     """A rollout replica of the separate placement on GPUs of its own: vLLM's share of the GPU (weights, workspace,
-    KV cache) and its CUDA graphs, nothing of the actor; a problem when the placement asks for more GPUs than the
-    nodes have."""
+    CUDA graphs, KV cache), nothing of the actor; a problem when the placement asks for more GPUs than the nodes
+    have."""
     r = cfg.rollout
-    weights, workspace, kv = engine_parts(cfg, shape, device, c)
+    weights, workspace, graphs, kv = engine_parts(cfg, shape, device, c)
     replica = Phase(
         "rollout replica",
         {
             "vllm weights": weights,
             "vllm workspace": workspace,
+            "graphs": graphs,
             "kv cache": kv,
-            "graphs": graphs_bytes(cfg),
             "context": CUDA_CONTEXT,
             "nccl": NCCL_BUFFERS,
         },

@@ -23,6 +23,7 @@ COLUMNS = (
     "critic",
     "ref",
     "graphs",
+    "fragmentation",
     "context",
     "nccl",
 )
