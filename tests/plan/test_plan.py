@@ -19,6 +19,7 @@ from or1.plan.host import host_need
 from or1.plan.lengths import LAST_STEPS, previous_stage_length, with_expected_length
 from or1.plan.memory import GIB, ShardState
 from or1.plan.model import read_model_shape
+from or1.plan.phase import FRAGMENTATION, Phase
 from or1.plan.rollout import CUDA_GRAPHS
 from or1.plan.stage import Device, plan_stage
 from or1.plan.table import format_stage, one_line, tight_line
@@ -458,6 +459,24 @@ def test_the_fused_head_is_the_cheapest_lever_when_it_is_off():
         for sets in (["actor.fused_head=false"], [])
     )
     assert fused <= 0.72 * whole
+
+
+def test_the_verdict_holds_the_allocators_fragmentation():
+    """A phase holds a tenth of the bytes its pass allocates and frees (gathered units, saved activations, the
+    backward's transients) as fragmentation, and nothing for what stays (shards, moments, the engine's share): a
+    stage whose expected peak fits only without it is refused."""
+    phase = Phase(
+        "update", {"params": 10 * GIB, "gathered": 2 * GIB, "activations": 6 * GIB, "backward": 2 * GIB}
+    )
+    assert phase.parts["fragmentation"] == int(FRAGMENTATION * 10 * GIB) and phase.peak == 21 * GIB
+    assert "fragmentation" not in Phase("vllm start", {"actor": GIB, "vllm": 40 * GIB}).parts
+    shape = read_model_shape(CONFIGS / "qwen2-7b.json")
+    cfg = resolve("or1-7b", 2, ["actor.fused_head=false"])  # the whole logits: the update is the peak
+    update = plan_stage(cfg, shape, H100).expected_peak
+    assert update.name == "update" and update.parts["fragmentation"] > GIB
+    without = update.expected_peak - update.parts["fragmentation"]
+    assert not plan_stage(cfg, shape, Device(8, without + GIB // 8)).fits
+    assert plan_stage(cfg, shape, Device(8, update.expected_peak)).fits
 
 
 def test_vllm_cuda_graphs_take_kv_cache_not_memory_beyond_the_share():
