@@ -13,6 +13,7 @@ from typer.testing import CliRunner
 from or1.cli import app
 from or1.config.recipe import RECIPES_DIR, load_recipe, resolve, stage_names
 from or1.errors import UserError
+from or1.plan import memory
 from or1.plan.advice import _candidates, smallest_fix, with_overrides
 from or1.plan.gate import check_fits
 from or1.plan.host import host_need
@@ -419,6 +420,25 @@ def test_host_memory_is_checked_per_node():
     plan = plan_stage(cfg, shape, small)
     assert not plan.fits and any("host memory" in p for p in plan.problems)
     assert plan_stage(cfg, shape, dataclasses.replace(H100, host=2048 * GIB)).fits
+
+
+def test_the_separate_placements_weights_in_flight_are_host_memory():
+    """or1-7b-async (4 training GPUs, 4 replicas, k = 1) on a node: by the collective route each training rank keeps
+    its bf16 shard of the k + 1 versions a step may sample with, and each replica stages up to k + 1 whole models;
+    by the object store, k + 1 whole models sit in the store, each training rank gathers one to publish and each
+    replica copies one out. Only the 4 training ranks load the float32 model."""
+    shape = read_model_shape(CONFIGS / "qwen2-7b.json")
+    whole = 2 * shape.parameters
+    collective, store = (
+        plan_stage(resolve("or1-7b-async", 1, [f"rollout.weight_transfer={route}"]), shape, H100).host
+        for route in ("collective", "object_store")
+    )
+    assert collective.parts["weight snapshots"] == 4 * 2 * memory.shard_bytes(shape, 4, 2)
+    assert collective.parts["staged weights"] == 4 * 2 * whole
+    assert store.parts["published weights"] == 2 * whole
+    assert store.parts["gathered weights"] == store.parts["replica copies"] == 4 * whole
+    assert collective.load == store.load == 4 * 4 * shape.parameters
+    assert "weight snapshots" not in plan_stage(resolve("or1-7b", 1), shape, H100).host.parts
 
 
 def test_a_node_without_the_host_memory_is_refused_in_one_line():

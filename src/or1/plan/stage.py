@@ -130,7 +130,12 @@ def plan_stage(cfg: RunConfig, shape: ModelShape, device: Device, source: str = 
     offloaded = 0
     if cfg.actor.activation_offload:
         offloaded = memory.offloaded_inputs(shape, micro_window(cfg), compute_bytes=BYTES[cfg.model.dtype])
-    host = host_need(cfg, shape, device.count, world, offloaded)
+    separate = r.placement == "separate"
+    training_ranks = cfg.trainer.devices_per_node if separate else device.count
+    replica_ranks = (
+        max(0, min(r.replicas * r.tensor_parallel_size, device.count - training_ranks)) if separate else 0
+    )
+    host = host_need(cfg, shape, training_ranks, world, offloaded, replica_ranks)
     if device.host is not None and host.peak > device.host:
         moment = "loading the model" if host.load >= host.training else "training"
         problems.append(
