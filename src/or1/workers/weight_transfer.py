@@ -27,7 +27,10 @@ from safetensors.torch import load_file, save_file
 
 from or1.layout import ROLLOUT_SHARD_FILE, rollout_shard_file
 
-TIMEOUT = timedelta(minutes=10)
+# How long a send, a receive or the group's rendezvous may wait. A peer that dies while a transfer is in flight can
+# leave gloo waiting (no error) until this timeout, and the next transfer waits for that one: it bounds how long a
+# replica's death holds the route. A bucket's part (at most rollout.weight_bucket_mb) moves in seconds on any link.
+TIMEOUT = timedelta(minutes=2)
 
 
 @dataclass(frozen=True)
