@@ -16,10 +16,7 @@ The models are written as the few numbers the plan reads, from their public mode
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-
-import pytest
 
 from or1.config.recipe import resolve
 from or1.plan.model import ModelShape
@@ -352,24 +349,6 @@ CASES = [
         nodes=2,
     ),
 ]
-
-
-@pytest.fixture(scope="module")
-def base_recipe(tmp_path_factory) -> str:
-    """A one-stage recipe the cases' settings complete (the model is given as its shape)."""
-    path = tmp_path_factory.mktemp("public") / "public.yaml"
-    path.write_text(
-        json.dumps(
-            {
-                "name": "public",
-                "model": {"path": "public/model", "dtype": "bfloat16"},
-                "data": {"train_files": ["train.parquet"]},
-                "trainer": {"device": "cuda"},
-                "stages": [{"name": "1"}],
-            }
-        )
-    )
-    return str(path)
 
 
 def verdict(case: Case, recipe: str) -> tuple[bool, str]:

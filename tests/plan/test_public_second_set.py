@@ -19,15 +19,13 @@ the plan.
 from __future__ import annotations
 
 import pytest
-from test_public import DISTILL_1_5B, QWEN_3B, QWEN_7B, QWEN_32B, Case, base_recipe, qwen2, verdict
+from test_public import DISTILL_1_5B, QWEN_3B, QWEN_7B, QWEN_32B, Case, qwen2, verdict
 
 from or1.plan.device import Device
-from or1.plan.memory import rollout_weight_bytes, rollout_workspace_bytes, shard_bytes
+from or1.plan.memory import shard_bytes
 from or1.plan.model import ModelShape
 from or1.plan.phase import CUDA_CONTEXT, NCCL_BUFFERS
-from or1.plan.rollout import BATCHED_TOKENS, MAX_SEQUENCES
-
-__all__ = ["base_recipe"]  # the fixture, used by name
+from or1.plan.rollout import engine_weights
 
 QWEN_MATH_1_5B = qwen2(28, 1536, 12, 2, 8960, 151936, True)  # Qwen2.5-Math-1.5B
 
@@ -53,10 +51,7 @@ def share_of_free(
         + (shard_bytes(shape, world, dtype_bytes=2) if ref_on_gpu else 0)  # bf16
         + (shard_bytes(shape, world) if critic else 0)
     )
-    large = device.memory >= 70 * 2**30
-    engine = rollout_weight_bytes(shape, tp, 2) + rollout_workspace_bytes(
-        shape, tp, 2, BATCHED_TOKENS[large], MAX_SEQUENCES[large]
-    )
+    engine = sum(engine_weights(shape, tp, device, 2))
     kv = share * (device.memory - held - engine)
     return round((engine + kv) / device.memory, 3)
 

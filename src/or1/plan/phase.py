@@ -27,7 +27,7 @@ NCCL_BUFFERS = int(2.8 * GIB)
 # the backward's transients): its reserved bytes run above the allocated ones, more so when micro-batches change size
 # (token budgets). A tenth of those dynamic bytes: with it, the plan's update phase is within 10% of nine of ten
 # published reserved peaks of an FSDP2 RL trainer's update (tests/plan/test_measured.py), without it up to 12% under
-# the larger ones. bench/gpu_check.py prints max_memory_reserved beside max_memory_allocated for or1's own passes.
+# the larger ones. bench/gpu_check.py records max_memory_reserved beside max_memory_allocated for or1's own passes.
 FRAGMENTATION = 0.10
 DYNAMIC = ("gathered", "activations", "backward")
 

@@ -83,13 +83,18 @@ def rollout_phases(
 def engine_parts(cfg: RunConfig, shape: ModelShape, device: Device, c: int) -> tuple[int, int, int, int]:
     """One vLLM engine's per-GPU weights, workspace, CUDA graphs and KV cache (what is left of its
     gpu_memory_utilization share)."""
-    tp = cfg.rollout.tensor_parallel_size
-    large = device.memory >= 70 * GIB
-    weights = memory.rollout_weight_bytes(shape, tp, c)
-    workspace = memory.rollout_workspace_bytes(shape, tp, c, BATCHED_TOKENS[large], MAX_SEQUENCES[large])
+    weights, workspace = engine_weights(shape, cfg.rollout.tensor_parallel_size, device, c)
     graphs = graphs_bytes(cfg)
     share = int(cfg.rollout.gpu_memory_utilization * device.memory)
     return weights, workspace, graphs, max(0, share - weights - workspace - graphs)
+
+
+def engine_weights(shape: ModelShape, tp: int, device: Device, c: int) -> tuple[int, int]:
+    """One tensor-parallel rank's vLLM weights and its profiled workspace (vLLM's offline defaults for the GPU's
+    size)."""
+    large = device.memory >= 70 * GIB
+    weights = memory.rollout_weight_bytes(shape, tp, c)
+    return weights, memory.rollout_workspace_bytes(shape, tp, c, BATCHED_TOKENS[large], MAX_SEQUENCES[large])
 
 
 def engine_check(

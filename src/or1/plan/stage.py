@@ -130,10 +130,11 @@ def plan_stage(cfg: RunConfig, shape: ModelShape, device: Device, source: str = 
     offloaded = 0
     if cfg.actor.activation_offload:
         offloaded = memory.offloaded_inputs(shape, micro_window(cfg), compute_bytes=BYTES[cfg.model.dtype])
-    separate = r.placement == "separate"
-    training_ranks = cfg.trainer.devices_per_node if separate else device.count
+    training_ranks = world // cfg.trainer.nnodes  # a node's
     replica_ranks = (
-        max(0, min(r.replicas * r.tensor_parallel_size, device.count - training_ranks)) if separate else 0
+        max(0, min(r.replicas * r.tensor_parallel_size, device.count - training_ranks))
+        if r.placement == "separate"
+        else 0
     )
     host = host_need(cfg, shape, training_ranks, world, offloaded, replica_ranks)
     if device.host is not None and host.peak > device.host:
