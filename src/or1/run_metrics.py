@@ -75,6 +75,19 @@ STALENESS_MAX = _declare(
     "steps",
     "separate placement: the trained batch's largest staleness (policy versions)",
 )
+TOKEN_STALENESS_MEAN = _declare(
+    "async/token_staleness_mean",
+    "steps",
+    "partial rollout: mean staleness of the trained response tokens, each by the version that sampled it",
+)
+TOKEN_STALENESS_MAX = _declare(
+    "async/token_staleness_max", "steps", "partial rollout: the largest staleness of a trained response token"
+)
+VERSIONS_PER_GROUP_MAX = _declare(
+    "async/versions_per_group_max",
+    "versions",
+    "partial rollout: the most policy versions whose tokens one GRPO group mixes",
+)
 VALUE_LOSS = _declare("critic/vf_loss", "squared error", "the critic's value loss (GAE)")
 STEP_SECONDS = _declare("time/step", "seconds", "wall time of the whole step")
 SLOWEST_ROW_SECONDS = _declare("time/reward_slowest_row", "seconds", "the step's slowest-scored response")

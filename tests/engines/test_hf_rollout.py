@@ -153,6 +153,27 @@ def test_row_seeds_make_a_row_independent_of_its_batch(world):
         engine.generate_ids(prompts[:3], SamplingParams(row_seeds=[1, 2]))
 
 
+def test_row_budgets_end_each_row_at_its_own_budget(world):
+    """Partial rollout's rounds: a row samples at most its budget, flagged truncated exactly when it reached it
+    without a stop token, and its tokens are the first ones the same seed draws under a larger budget."""
+    model, tokenizer, prompts = world
+    engine = HFRolloutEngine(model, tokenizer, micro_batch_size=3)
+    seeds = list(range(7, 7 + len(prompts)))
+    whole = engine.generate_ids(prompts, SamplingParams(max_response_length=40, row_seeds=seeds))
+    budgets = [1, 3, 40, 5, 2, 40, 8, 4]
+    cut = engine.generate_ids(
+        prompts, SamplingParams(max_response_length=40, row_seeds=seeds, row_budgets=budgets)
+    )
+    for full, part, budget, was_cut, lps, full_lps in zip(
+        whole.responses, cut.responses, budgets, cut.truncated, cut.log_probs, whole.log_probs, strict=True
+    ):
+        assert part == full[:budget] and lps == pytest.approx(full_lps[:budget], abs=1e-5)
+        assert was_cut == (len(part) == budget and part[-1] not in engine.default_stop_ids)
+    assert any(cut.truncated) and not all(cut.truncated)
+    with pytest.raises(ValueError, match="row budget"):
+        engine.generate_ids(prompts[:2], SamplingParams(max_response_length=4, row_budgets=[4, 5]))
+
+
 def test_stream_yields_each_row_once_as_it_finishes(world):
     """`stream_ids` is `generate_ids` in finishing order: every row once, the same tokens, and within a micro-batch
     a row is yielded at the decode step that ended it, so rows come out shortest first, long before the last."""

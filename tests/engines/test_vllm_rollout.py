@@ -124,6 +124,12 @@ def test_truncation_and_stop_tokens_follow_the_hf_engine(engine, model_dir, prom
     assert got.responses == want.responses and got.truncated == want.truncated
     assert got.responses[0][-1] == stop and not got.truncated[0]
     assert all(len(r) == 24 for r, t in zip(got.responses, got.truncated, strict=True) if t)
+    # a budget per row (partial rollout's rounds): each row greedy up to its own budget, truncated there
+    budgets = [1 + i % 5 for i in range(len(prompts))]
+    rowwise = SamplingParams(temperature=0.0, max_response_length=24, row_budgets=budgets)
+    want, got = hf.generate_ids(prompts, rowwise), engine.generate_ids(prompts, rowwise)
+    assert got.responses == want.responses and got.truncated == want.truncated
+    assert [len(r) for r in got.responses] == budgets
 
 
 def test_weights_load_in_place_and_the_prefix_cache_is_reset(engine, model_dir, prompts):

@@ -149,6 +149,19 @@ class RolloutConfig(Section):
         "start's for the first steps), so the replicas sample step s+k while the trainer trains step s. 0: "
         "synchronous; 1: one batch sampled ahead (the usual asynchronous setting).",
     )
+    partial: bool = Field(
+        False,
+        description="separate placement, max_staleness >= 1: partial rollout. Responses are sampled in rounds of at "
+        "most partial_tokens tokens; a round holds the newest step's new responses and every earlier step's "
+        "unfinished ones, on the newest weights the staleness bound allows, so one step's long responses decode "
+        "beside the next steps' and each token records the version that sampled it (docs/async.md).",
+    )
+    partial_tokens: int | None = Field(
+        None,
+        ge=1,
+        description="partial rollout: the most tokens a response samples in one round; None: a quarter of "
+        "max_response_length.",
+    )
     weight_transfer: Literal["collective", "object_store"] = Field(
         "collective",
         description="separate placement: how the weights reach the replicas after every update. collective: a gloo "
@@ -165,6 +178,11 @@ class RolloutConfig(Section):
         description="Allow max_staleness > 0 without algorithm.rollout_correction (the sampler's log-probs as the "
         "behaviour policy); off, such a recipe is refused: its updates would treat stale samples as on-policy.",
     )
+
+    @property
+    def round_tokens(self) -> int:
+        """Partial rollout: the most tokens a response samples in one round."""
+        return self.partial_tokens or max(1, self.max_response_length // 4)
 
 
 class OptimConfig(Section):
@@ -643,6 +661,16 @@ class RunConfig(Section):
             raise ValueError(
                 f"rollout.max_staleness {self.rollout.max_staleness} needs rollout.placement separate: colocated "
                 "ranks sample and train in turn, so they cannot sample ahead"
+            )
+        if self.rollout.partial and not self.rollout.max_staleness:
+            raise ValueError(
+                "rollout.partial continues a step's responses with the next updates' weights: it needs "
+                "rollout.placement separate and rollout.max_staleness >= 1"
+            )
+        if self.rollout.partial and self.algorithm.refill:
+            raise ValueError(
+                "rollout.partial does not combine with algorithm.refill (a refill round's prompts are chosen from "
+                "the step's rewards, which partial rollout has only rounds later): turn one off"
             )
         correction = self.algorithm.rollout_correction
         corrected = correction.is_level != "off" or correction.rejection != "off"

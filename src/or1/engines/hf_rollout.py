@@ -67,7 +67,8 @@ class HFRolloutEngine:
                     if isinstance(generators, list)
                     else generators
                 )
-                for finished in self._decode(chunk, sampling, stop_ids, generator):
+                budgets = [sampling.budget(row) for row in range(start, start + len(chunk))]
+                for finished in self._decode(chunk, budgets, sampling, stop_ids, generator):
                     yield [replace(row, index=start + row.index) for row in finished]
         finally:
             self.model.train(was_training)
@@ -84,12 +85,13 @@ class HFRolloutEngine:
     def _decode(
         self,
         rows: list[list[int]],
+        budgets: list[int],
         sampling: SamplingParams,
         stop_ids: torch.Tensor,
         generator: Generator | None,
     ) -> Iterator[list[FinishedRow]]:
-        """One left-padded micro-batch through the decode loop; finished rows leave the batch and are yielded
-        (inference mode is held only inside each step, never across a yield)."""
+        """One left-padded micro-batch through the decode loop, each row for at most its budget of tokens; finished
+        rows leave the batch and are yielded (inference mode is held only inside each step, never across a yield)."""
         device = self.model.device
         width = max(len(r) for r in rows)
         input_ids = torch.full((len(rows), width), self.pad_token_id, dtype=torch.long, device=device)
@@ -100,11 +102,11 @@ class HFRolloutEngine:
         positions = (mask.cumsum(-1) - 1).clamp(min=0)
         cache = DynamicCache(config=self.model.config)
         alive = torch.arange(len(rows), device=device)  # original row index of each batch row still sampling
+        budget = torch.tensor(budgets, device=device)
         tokens: list[list[int]] = [[] for _ in rows]
         token_log_probs: list[list[float]] = [[] for _ in rows]
         step_ids, step_pos = input_ids, positions
-        for step in range(sampling.max_response_length):
-            last = step == sampling.max_response_length - 1
+        for step in range(max(budgets)):
             with torch.inference_mode():
                 logits = self.model(
                     input_ids=step_ids,
@@ -121,16 +123,22 @@ class HFRolloutEngine:
                     logits, sampling.temperature, sampling.top_p, row_generator
                 )
                 hit = torch.isin(next_ids, stop_ids)
+                ended = hit | (budget[alive] == step + 1)  # a stop token, or the row's budget's last token
                 finished = []
-                for row, token, lp, is_stop in zip(
-                    alive.tolist(), next_ids.tolist(), next_log_probs.tolist(), hit.tolist(), strict=True
+                for row, token, lp, is_stop, is_end in zip(
+                    alive.tolist(),
+                    next_ids.tolist(),
+                    next_log_probs.tolist(),
+                    hit.tolist(),
+                    ended.tolist(),
+                    strict=True,
                 ):
                     tokens[row].append(token)
                     token_log_probs[row].append(lp)
-                    if is_stop or last:  # the budget's last token without a stop: truncated
+                    if is_end:  # at the budget without a stop: truncated
                         finished.append(FinishedRow(row, tokens[row], not is_stop, token_log_probs[row]))
-                keep = (~hit).nonzero().squeeze(-1)
-                if not last and 0 < keep.numel() < alive.numel():  # later steps only pay for live rows
+                keep = (~ended).nonzero().squeeze(-1)
+                if 0 < keep.numel() < alive.numel():  # later steps only pay for live rows
                     cache.batch_select_indices(keep)
                     alive, next_ids, mask, step_pos = alive[keep], next_ids[keep], mask[keep], step_pos[keep]
                 step_ids = next_ids[:, None]
@@ -138,7 +146,7 @@ class HFRolloutEngine:
                 mask = torch.cat([mask, mask.new_ones((mask.shape[0], 1))], dim=1)
             if finished:
                 yield finished
-            if last or keep.numel() == 0:
+            if keep.numel() == 0:
                 return
 
     def score_ids(self, ids: list[int]) -> list[float]:

@@ -5,7 +5,8 @@ estimation all sample through `RolloutEngine.generate_ids`; `rollout.engine` (or
 `or1.engines.loading.load_rollout_engine` (this module imports no engine).
 Conventions every engine keeps, so callers never branch on the engine:
 - responses are token ids; a stop token that ended a response is its last token;
-- `truncated` is True exactly when a response hit `max_response_length` without a stop token;
+- `truncated` is True exactly when a response hit its budget without a stop token: `max_response_length`, or its
+  row's own budget (`row_budgets`: partial rollout continues responses a bounded number of tokens per call);
 - `log_probs` are the sampled tokens' log-probabilities under the sampling distribution (temperature and top_p
   applied), the same quantity the actor recomputes for PPO's ratio;
 - a seeded call is reproducible: the same prompts, settings and seed give the same tokens; with `row_seeds` a
@@ -62,6 +63,12 @@ class SamplingParams:
     # one seed per row (prompt-major), in place of `seed`: each row then samples from its own seed alone, so its
     # tokens do not depend on the call's other rows (evaluation: the same samples whatever the batching)
     row_seeds: list[int] | None = None
+    # one token budget per row (prompt-major), each at most max_response_length, in place of it for that row
+    row_budgets: list[int] | None = None
+
+    def budget(self, row: int) -> int:
+        """The most tokens row `row` (prompt-major) may sample in this call."""
+        return self.max_response_length if self.row_budgets is None else self.row_budgets[row]
 
     def check(self) -> None:
         if self.n < 1 or self.max_response_length < 1:
@@ -142,5 +149,12 @@ def check_prompts(prompts: list[list[int]], sampling: SamplingParams) -> None:
         raise ValueError(
             f"row_seeds has {len(sampling.row_seeds)} seeds for {len(prompts)} prompts x n={sampling.n} rows"
         )
+    if sampling.row_budgets is not None:
+        if len(sampling.row_budgets) != len(prompts) * sampling.n:
+            raise ValueError(
+                f"row_budgets has {len(sampling.row_budgets)} budgets for {len(prompts)} prompts x n={sampling.n}"
+            )
+        if not all(1 <= b <= sampling.max_response_length for b in sampling.row_budgets):
+            raise ValueError(f"every row budget must be in [1, {sampling.max_response_length}]")
     if any(len(p) == 0 for p in prompts):
         raise UserError("Every prompt needs at least one token; found an empty prompt.")

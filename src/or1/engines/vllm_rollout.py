@@ -63,7 +63,7 @@ class VLLMRolloutEngine:
                 n=1,
                 temperature=sampling.temperature,
                 top_p=sampling.top_p,
-                max_tokens=sampling.max_response_length,
+                max_tokens=sampling.budget(i),
                 stop_token_ids=stop,
                 seed=_row_seed(sampling, i),
                 logprobs=0,  # the sampled token's own log-prob

@@ -28,6 +28,19 @@ RESPONSE_TEXT = "response_text"  # non-tensor: the decoded response
 POLICY_VERSION = (
     "policy_version"  # [B]: the training step whose weights sampled the row (0: the stage's start)
 )
+# partial rollout (trainer/partial.py): [B, R] the version that sampled each response token; POLICY_VERSION is then
+# the row's oldest
+TOKEN_VERSIONS = "token_versions"
+
+# A partial rollout round (workers/rollout_worker.RolloutRole.continue_responses): in, per row, its prompt (PROMPT_IDS),
+# the response so far, its token budget and seed for the round; out, the tokens sampled, their log-probs, whether a
+# stop token ended the response, and its decoded text (RESPONSE_TEXT) once it is final
+RESPONSE_SO_FAR = "response_so_far"  # non-tensor: token ids
+ROUND_BUDGET = "round_budget"  # [B]
+ROUND_SEED = "round_seed"  # [B]
+NEW_IDS = "new_ids"  # non-tensor: token ids
+NEW_LOG_PROBS = "new_log_probs"  # non-tensor: floats
+STOPPED = "stopped"  # [B]
 
 # Rewards (scoring/manager.py) and the truncation policy (trainer/phases.py)
 SCORES = "scores"  # [B]: the verifier's score

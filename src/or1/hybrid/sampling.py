@@ -28,6 +28,14 @@ def sampling_seed(seed: int, step: int | None, refill_round: int, tp_group: int)
     return (base * 1_000_003 + step * 7919 + tp_group * 104_729) % (2**31 - 1)
 
 
+def round_seed(seed: int, step: int, row: int, round_: int) -> int:
+    """The engine seed of one response's partial-rollout round (`or1.trainer.partial`): fixed by (seed, step, the
+    response's row in its step, the round), so a response's tokens depend on neither its round's other rows nor
+    timing."""
+    base = sampling_seed(seed, step, 0, 0)
+    return (base * 1_000_003 + row * 104_729 + round_ * 7919 + 1) % (2**31 - 1)
+
+
 @dataclass(frozen=True)
 class SamplingRequest:
     """One rollout call's sampling, decided by the controller and the same for every rank of the call."""

@@ -24,6 +24,7 @@ from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker_group import WorkerError, WorkerGroup
 from or1.run_metrics import STALENESS_MAX
 from or1.trainer.checkpoint import CheckpointPart
+from or1.trainer.partial import PartialRounds
 from or1.trainer.step_log import PhaseTimer
 from or1.trainer.step_sampler import ReplicaReplaced, Sampled, StepSampler
 from or1.trainer.weight_routes import Published, weight_route
@@ -69,9 +70,8 @@ class Separate:
         (one a colocated run wrote) starts from the oldest version there is: those steps sample fresher weights."""
         self.publish(step)
         self.oldest = min(self.versions)
-        self.thread = threading.Thread(
-            target=self._produce, args=(step + 1,), name="or1-rollout", daemon=True
-        )
+        produce = self._produce_partial if self.sampler.cfg.rollout.partial else self._produce
+        self.thread = threading.Thread(target=produce, args=(step + 1,), name="or1-rollout", daemon=True)
         self.thread.start()
 
     def take(self, step: int, timer: PhaseTimer) -> Sampled:
@@ -90,7 +90,7 @@ class Separate:
             timer.add(phase, seconds)
         timer.generated.extend(sampled.timer.generated)
         staleness = (step - 1) - sampled.batch.tensors[POLICY_VERSION].float()
-        sampled.metrics = {
+        sampled.metrics |= {
             "async/staleness_mean": float(staleness.mean()),
             STALENESS_MAX: float(staleness.max()),
             "async/queue_depth": float(ahead),  # later steps already sampled when this one was taken (<= k)
@@ -152,26 +152,63 @@ class Separate:
 
     # ---- the sampling thread ---------------------------------------------------------------------------------------
     def _produce(self, first: int) -> None:
-        try:
+        with self._producing():
             for step in range(first, self.steps + 1):
                 timer = PhaseTimer()
-                need = max(self.oldest, step - 1 - self.k)
-                with self.cond:
-                    began = time.perf_counter()
-                    while need not in self.versions and not self.stopping:
-                        self.cond.wait()
-                    if self.stopping:
-                        return
+                began = time.perf_counter()
+                need = self._version_of(step)
+                if need is None:
+                    return
                 timer.add("rollout_idle", time.perf_counter() - began)
                 sampled = self.sampler.sample(step, lambda *a, need=need: self._stream(need, *a), timer)
-                with self.cond:
-                    self.ready[step] = sampled
-                    self.cond.notify_all()
-        except BaseException as e:  # noqa: BLE001 - handed to the trainer, which raises it
+                self._deliver(step, sampled)
+
+    def _produce_partial(self, first: int) -> None:
+        """Partial rollout's rounds (`or1.trainer.partial`) in place of one call per step."""
+        with self._producing():
+            pad_id = self.replicas.pad_token_id()[0]
+            PartialRounds(self.sampler, pad_id).run(
+                first, self.steps, self._version_of, self._continue, self._deliver
+            )
+
+    @contextmanager
+    def _producing(self) -> Iterator[None]:
+        """The sampling thread's body: what it raises goes to the trainer, which raises it."""
+        try:
+            yield
+        except BaseException as e:  # noqa: BLE001
             with self.cond:
                 if not self.stopping:
                     self.error = e
                 self.cond.notify_all()
+
+    def _version_of(self, step: int) -> int | None:
+        """The version step `step` samples with (and partial rollout's round `step`), once published; None when
+        sampling stops."""
+        need = max(self.oldest, step - 1 - self.k)
+        with self.cond:
+            while need not in self.versions and not self.stopping:
+                self.cond.wait()
+            return None if self.stopping else need
+
+    def _deliver(self, step: int, sampled: Sampled) -> None:
+        with self.cond:
+            self.ready[step] = sampled
+            self.cond.notify_all()
+
+    def _continue(self, version: int, rows: Batch, request: SamplingRequest) -> Batch:
+        """A partial rollout round on the replicas holding `version`; a replica's death restarts them and the round
+        is sampled again (its responses are updated, and their ends scored, only from a round that returned)."""
+        while True:
+            with self.replica_lock:
+                try:
+                    self._hold(version)
+                    self.in_flight = len(rows) // self.sampler.cfg.rollout.n
+                    return self.replicas.continue_responses(rows, request)
+                except WorkerError as e:
+                    self._replace(e)
+                finally:
+                    self.in_flight = 0
 
     def _stream(
         self, version: int, on_rows: Callable[[int, Any], None], prompts: Batch, request: SamplingRequest
@@ -185,14 +222,19 @@ class Separate:
                     self.in_flight = len(prompts)
                     return self.replicas.stream(RolloutRole.stream_sequences, on_rows, prompts, request)
                 except WorkerError as e:
-                    if not e.died or self.stopping or not self.budget.allows():
-                        raise
-                    self.budget.spend()
-                    self.replicas.shutdown()
-                    self.replicas, self.replica_version = self.start_replicas(), 0
+                    self._replace(e)
                     raise ReplicaReplaced(str(e)) from e
                 finally:
                     self.in_flight = 0
+
+    def _replace(self, error: WorkerError) -> None:
+        """Start new replicas in place of dead ones (the caller holds replica_lock); re-raise what a restart does
+        not answer."""
+        if not error.died or self.stopping or not self.budget.allows():
+            raise error
+        self.budget.spend()
+        self.replicas.shutdown()
+        self.replicas, self.replica_version = self.start_replicas(), 0
 
     def _hold(self, version: int) -> None:
         """The replicas on weights `version` (the caller holds replica_lock)."""

@@ -25,7 +25,7 @@ from or1.hybrid.columns import (
     UID,
 )
 from or1.hybrid.sampling import SamplingRequest
-from or1.scoring import RewardManager
+from or1.scoring import RewardManager, ScoringSession
 from or1.trainer.phases import truncation_policy
 from or1.trainer.prompt_loader import PromptLoader
 from or1.trainer.step_log import PhaseTimer
@@ -114,6 +114,11 @@ class StepSampler:
                     break
                 except ReplicaReplaced:
                     continue
+        return self.score(batch, session, timer)
+
+    def score(self, batch: Batch, session: ScoringSession, timer: PhaseTimer) -> Batch:
+        """A generated batch's scores (the rows not streamed into `session` yet are scored now) under the truncation
+        policy; its sequences count as generated."""
         sequences = batch.tensors[ATTENTION_MASK].sum(-1).tolist()
         timer.generated.extend(zip(sequences, batch.tensors[RESPONSE_LENGTH].tolist(), strict=True))
         with timer("reward"):

@@ -86,17 +86,35 @@ class FinishedRows:
     ) -> Batch:
         """The call's Batch of this rank's rows (`prompt_ids`: this rank's prompts), once every row finished."""
         out = gather([self.finished], len(self.rows))
-        repeated = self.prompts.drop([PROMPT_IDS]).repeat(self.n, interleave=True)
-        tensors = pack_sequences(
-            [p for p in prompt_ids for _ in range(self.n)],
-            out.responses,
-            prompt_width,
-            max_response_length,
-            pad_id,
+        return sampled_batch(
+            self.prompts,
+            prompt_ids,
+            self.n,
+            (out.responses, out.truncated, out.log_probs or []),
+            self.text,
+            (prompt_width, max_response_length, pad_id),
         )
-        tensors[ROLLOUT_LOG_PROBS] = pad_rows(out.log_probs, max_response_length)
-        tensors[TRUNCATED] = torch.tensor(out.truncated, dtype=torch.bool)
-        return repeated.union(Batch(tensors, {RESPONSE_TEXT: self.text}))
+
+
+def sampled_batch(
+    prompts: Batch,
+    prompt_ids: list[list[int]],
+    n: int,
+    sampled: tuple[list[list[int]], list[bool], list[list[float]]],
+    text: list[str],
+    layout: tuple[int, int, int],
+) -> Batch:
+    """The Batch of `prompts`' n responses each: `sampled` is (responses, truncated, log-probs), prompt-major, `text`
+    the decoded responses, `layout` (prompt width, response width, pad id)."""
+    responses, truncated, log_probs = sampled
+    prompt_width, response_width, pad_id = layout
+    repeated = prompts.drop([PROMPT_IDS]).repeat(n, interleave=True)
+    tensors = pack_sequences(
+        [p for p in prompt_ids for _ in range(n)], responses, prompt_width, response_width, pad_id
+    )
+    tensors[ROLLOUT_LOG_PROBS] = pad_rows(log_probs, response_width)
+    tensors[TRUNCATED] = torch.tensor(truncated, dtype=torch.bool)
+    return repeated.union(Batch(tensors, {RESPONSE_TEXT: text}))
 
 
 def pack_sequences(
@@ -121,9 +139,11 @@ def pack_sequences(
     }
 
 
-def pad_rows(rows: list[list[float]], width: int) -> torch.Tensor:
-    """Float rows of up to `width` values as one [len(rows), width] tensor, zero-padded on the right."""
-    out = torch.zeros((len(rows), width), dtype=torch.float32)
+def pad_rows(
+    rows: list[list[float]] | list[list[int]], width: int, dtype: torch.dtype = torch.float32
+) -> torch.Tensor:
+    """Rows of up to `width` values as one [len(rows), width] tensor, zero-padded on the right."""
+    out = torch.zeros((len(rows), width), dtype=dtype)
     for i, row in enumerate(rows):
-        out[i, : len(row)] = torch.tensor(row, dtype=torch.float32)
+        out[i, : len(row)] = torch.tensor(row, dtype=dtype)
     return out

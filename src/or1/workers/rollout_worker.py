@@ -26,7 +26,17 @@ from or1.config.schema import RunConfig
 from or1.engines.loading import load_rollout_engine
 from or1.engines.rollout import EngineSettings, RolloutEngine, SamplingParams
 from or1.hybrid.batch import Batch
-from or1.hybrid.columns import POLICY_VERSION, PROMPT_IDS
+from or1.hybrid.columns import (
+    NEW_IDS,
+    NEW_LOG_PROBS,
+    POLICY_VERSION,
+    PROMPT_IDS,
+    RESPONSE_SO_FAR,
+    RESPONSE_TEXT,
+    ROUND_BUDGET,
+    ROUND_SEED,
+    STOPPED,
+)
 from or1.hybrid.dispatch import Dispatch, register
 from or1.hybrid.sampling import SamplingRequest
 from or1.hybrid.worker import Worker
@@ -110,6 +120,48 @@ class RolloutRole:
         pad_id = self.rollout.pad_token_id
         batch = rows.batch(prompt_ids, self.cfg.data.max_prompt_length, request.max_response_length, pad_id)
         yield batch.union(Batch({POLICY_VERSION: torch.full((len(batch),), self.policy_version)}))
+
+    @register(Dispatch.ONE_TO_ALL)
+    def pad_token_id(self) -> int:
+        """The engine's padding token (what the controller pads a batch it packs itself with)."""
+        return self.rollout.pad_token_id
+
+    @register(Dispatch.DP_COMPUTE)
+    def continue_responses(self, rows: Batch, request: SamplingRequest) -> Batch:
+        """A partial rollout round (`or1.trainer.partial`): each row's response so far continued by at most its
+        round budget of tokens, from its own round seed, with the weights the engine holds (columns: `or1.hybrid.
+        columns`' round section; a row's text only once it is final: stopped, or at request.max_response_length)."""
+        mine = list(
+            zip(
+                [list(p) + list(r) for p, r in zip(rows[PROMPT_IDS], rows[RESPONSE_SO_FAR], strict=True)],
+                rows[ROUND_BUDGET].tolist(),
+                rows[ROUND_SEED].tolist(),
+                strict=True,
+            )
+        )
+        group, share = self._tensor_parallel_share(mine)
+        contexts, budgets, seeds = (list(column) for column in zip(*group, strict=True))
+        sampling = SamplingParams(
+            temperature=request.temperature,
+            top_p=request.top_p,
+            max_response_length=max(budgets),
+            row_budgets=budgets,
+            row_seeds=seeds,
+        )
+        with self._sampling_phase(request):
+            out = self.rollout.generate_ids(contexts, sampling)
+        new_ids, log_probs = out.responses[share], (out.log_probs or [])[share]
+        stopped = [not truncated for truncated in out.truncated[share]]
+        text = [
+            self.tokenizer.decode(list(so_far) + ids, skip_special_tokens=True)
+            if stop or len(so_far) + len(ids) >= request.max_response_length
+            else ""
+            for so_far, ids, stop in zip(rows[RESPONSE_SO_FAR], new_ids, stopped, strict=True)
+        ]
+        return Batch(
+            {STOPPED: torch.tensor(stopped), POLICY_VERSION: torch.full((len(rows),), self.policy_version)},
+            {NEW_IDS: new_ids, NEW_LOG_PROBS: log_probs, RESPONSE_TEXT: text},
+        )
 
     def _sampling_params(self, request: SamplingRequest) -> SamplingParams:
         """The engine's sampling for `request` on this rank's tensor-parallel group (its seed is the group's)."""
