@@ -73,11 +73,12 @@ def behaviour_log_prob(version: int, position: int) -> float:
 
 class FakeReplicas:
     """Each response is as long as its prompt's one token says (at most MAX; a stop token ends the shorter ones);
-    its tokens are the sampling version + 100. `delay` seconds a round; the call numbered `die_on_call` dies."""
+    its tokens are the sampling version + 100. A round streams its rows' results shortest first, `delay` seconds
+    a round; the call numbered `die_on_call` dies after streaming half of them."""
 
     def __init__(self, delay: float = 0.0, die_on_call: int | None = None) -> None:
         self.delay, self.die_on_call, self.calls, self.version = delay, die_on_call, 0, 0
-        self.rounds: list[tuple[int, list[int]]] = []  # (version, budgets) of each round that returned
+        self.rounds: list[tuple[int, list[int]]] = []  # (version, budgets) of each call
 
     def load_weights(self, version: int, published: tuple) -> list[int]:
         assert published[0] == f"weights-{version}"
@@ -87,24 +88,35 @@ class FakeReplicas:
     def pad_token_id(self) -> list[int]:
         return [0]
 
-    def continue_responses(self, rows: Batch, request) -> Batch:
+    def stream(self, method, on_item, rows: Batch, request) -> list[int]:
+        assert method.__name__ == "continue_responses"
         self.calls += 1
         time.sleep(self.delay)
-        if self.calls == self.die_on_call:
-            raise WorkerError("rollout", 0, "continue_responses", "its actor process died", died=True)
         budgets = rows.tensors[ROUND_BUDGET].tolist()
-        new, log_probs, stopped = [], [], []
-        for (length,), so_far, budget in zip(rows[PROMPT_IDS], rows[RESPONSE_SO_FAR], budgets, strict=True):
+        self.rounds.append((self.version, budgets))
+        results = []
+        for row, ((length,), so_far, budget) in enumerate(
+            zip(rows[PROMPT_IDS], rows[RESPONSE_SO_FAR], budgets, strict=True)
+        ):
             count = min(budget, length - len(so_far))
             ends = len(so_far) + count == length < MAX
-            new.append([self.version + 100] * (count - ends) + [STOP] * ends)
-            log_probs.append([behaviour_log_prob(self.version, len(so_far) + i) for i in range(count)])
-            stopped.append(ends)
-        self.rounds.append((self.version, budgets))
-        return Batch(
-            {STOPPED: torch.tensor(stopped), POLICY_VERSION: torch.full((len(rows),), self.version)},
-            {NEW_IDS: new, NEW_LOG_PROBS: log_probs, RESPONSE_TEXT: ["done"] * len(rows)},
-        )
+            final = ends or len(so_far) + count == MAX
+            results.append(
+                {
+                    "row": row,
+                    NEW_IDS: [self.version + 100] * (count - ends) + [STOP] * ends,
+                    NEW_LOG_PROBS: [behaviour_log_prob(self.version, len(so_far) + i) for i in range(count)],
+                    STOPPED: ends,
+                    POLICY_VERSION: self.version,
+                    RESPONSE_TEXT: "done" if final else None,
+                }
+            )
+        results.sort(key=lambda r: len(r[NEW_IDS]))
+        for k, result in enumerate(results):
+            if self.calls == self.die_on_call and k == len(results) // 2:
+                raise WorkerError("rollout", 0, "continue_responses", "its actor process died", died=True)
+            on_item(0, [result])
+        return [len(rows)]
 
     def shutdown(self) -> None:
         pass

@@ -159,8 +159,8 @@ class RolloutConfig(Section):
     partial_tokens: int | None = Field(
         None,
         ge=1,
-        description="partial rollout: the most tokens a response samples in one round; None: a quarter of "
-        "max_response_length.",
+        description="partial rollout: the most tokens a response samples in one round; None: max_response_length "
+        "/ (max_staleness + 1), so that a response at the budget spends about as long in each of its rounds.",
     )
     weight_transfer: Literal["collective", "object_store"] = Field(
         "collective",
@@ -182,7 +182,7 @@ class RolloutConfig(Section):
     @property
     def round_tokens(self) -> int:
         """Partial rollout: the most tokens a response samples in one round."""
-        return self.partial_tokens or max(1, self.max_response_length // 4)
+        return self.partial_tokens or max(1, self.max_response_length // (self.max_staleness + 1))
 
 
 class OptimConfig(Section):

@@ -91,6 +91,7 @@ def _offline() -> bool:
 def synthetic_rows(source: SourceSpec) -> list[dict[str, Any]]:
     """The rows of a synthetic tiny split, exactly as `or1.data.synthetic.write_tiny_dataset` writes them."""
     from or1.data.synthetic import (
+        RL_OPS,
         code_train_rows,
         code_validation_rows,
         math_train_rows,
@@ -99,7 +100,8 @@ def synthetic_rows(source: SourceSpec) -> list[dict[str, Any]]:
 
     try:
         if source.synthetic == "tiny-math-train":
-            return math_train_rows(source.seed, source.size or 1500)
+            ops = source.ops or RL_OPS
+            return math_train_rows(source.seed, source.size or 1500, ops)
         if source.synthetic == "tiny-math-validation":
             return math_validation_rows()
         if source.synthetic == "tiny-code-validation":

@@ -38,6 +38,11 @@ class SourceSpec(_Section):
     synthetic: Literal[SYNTHETIC] | None = Field(None, description="A synthetic split of the tiny world.")  # type: ignore[valid-type]
     size: int | None = Field(None, ge=1, description="Synthetic train splits: how many tasks.")
     seed: int = Field(0, description="Synthetic train splits: the generator seed.")
+    ops: list[int] | None = Field(
+        None,
+        description="tiny-math-train: the operand counts (2-8), balanced over the list; None: 3..6. 2-operand "
+        "problems are short answers (12 tokens), 6-operand ones long (44).",
+    )
     adapter: str = Field(
         "auto", description="Schema adapter (or1, deepscaler, numina, ...); auto: by the keys."
     )

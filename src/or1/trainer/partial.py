@@ -26,6 +26,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -53,11 +54,12 @@ from or1.hybrid.sampling import SamplingRequest, round_seed
 from or1.run_metrics import TOKEN_STALENESS_MAX, TOKEN_STALENESS_MEAN, VERSIONS_PER_GROUP_MAX
 from or1.scoring import ScoringSession
 from or1.trainer.step_log import PhaseTimer
-from or1.trainer.step_sampler import Sampled, StepSampler
+from or1.trainer.step_sampler import ReplicaReplaced, Sampled, StepSampler
 from or1.workers.rollout_rows import pad_rows, sampled_batch
 
-# (version, the round's rows, the request) -> the round's results (`RolloutRole.continue_responses`)
-RoundCall = Callable[[int, Batch, SamplingRequest], Batch]
+# (version, the round's rows, the request, on_results(rank, results)): a round on the replicas holding `version`
+# (`RolloutRole.continue_responses`); raises ReplicaReplaced when a replica died and was replaced
+RoundCall = Callable[[int, Batch, SamplingRequest, Callable[[int, Any], None]], Any]
 
 
 @dataclass
@@ -70,6 +72,7 @@ class Response:
     versions: list[int] = field(default_factory=list)
     stopped: bool = False
     text: str | None = None  # decoded once final
+    rounds: int = 0  # the rounds that continued it
 
 
 @dataclass
@@ -90,12 +93,15 @@ class StepRollout:
 
 class PartialRounds:
     """The rounds of partial rollout (module docstring) from step `first` on; `run` hands each step's `Sampled` to
-    `deliver` once its last response is scored."""
+    `deliver` the moment its last response is scored, in the middle of a round, so the trainer trains it while the
+    round goes on."""
 
     def __init__(self, sampler: StepSampler, pad_id: int) -> None:
         self.sampler, self.pad_id = sampler, pad_id
         self.cfg = sampler.cfg
         self.k, self.tokens = self.cfg.rollout.max_staleness, self.cfg.rollout.round_tokens
+        self.in_flight: dict[int, StepRollout] = {}
+        self.seconds = _Seconds()
 
     def run(
         self,
@@ -107,22 +113,18 @@ class PartialRounds:
     ) -> None:
         """Rounds first .. until every step up to `last` is delivered; `version_of(r)` waits for round r's weights
         (None: stop)."""
-        in_flight: dict[int, StepRollout] = {}
         r = first
-        while r <= last or in_flight:
+        while r <= last or self.in_flight:
             if r <= last:
-                in_flight[r] = self._start(r)
-            newest = in_flight[max(in_flight)]
+                self.in_flight[r] = self._start(r)
             began = time.perf_counter()
             version = version_of(r)
             if version is None:
                 return
-            newest.timer.add("rollout_idle", time.perf_counter() - began)
-            with newest.timer("generate"):
-                self._round(r, version, in_flight, call)
-            for step in sorted(in_flight):
-                if not in_flight[step].unfinished():
-                    deliver(step, self._finish(in_flight.pop(step)))
+            self.seconds.idle += time.perf_counter() - began
+            self.seconds.mark = time.perf_counter()
+            self._round(r, version, call, deliver)
+            self.seconds.stop()
             r += 1
 
     def _start(self, step: int) -> StepRollout:
@@ -138,53 +140,73 @@ class PartialRounds:
             self.sampler.loader.state_dict(),
         )
 
-    def _round(self, r: int, version: int, in_flight: dict[int, StepRollout], call: RoundCall) -> None:
+    def _round(self, r: int, version: int, call: RoundCall, deliver: Callable[[int, Sampled], None]) -> None:
         """Continue every unfinished response once: a step at its last round (s + k <= r) to its end, the others by
-        at most `tokens` tokens. Responses that end are streamed into their step's scoring session."""
-        n, budget = self.cfg.rollout.n, self.cfg.rollout.max_response_length
-        rows = [(s, resp) for s in in_flight.values() for resp in s.unfinished()]
-        last_round = [s.step + self.k <= r for s, _ in rows]
-        left = [budget - len(resp.tokens) for _, resp in rows]
-        batch = Batch(
-            {
-                ROUND_BUDGET: torch.tensor(
-                    [
-                        room if at_end else min(self.tokens, room)
-                        for at_end, room in zip(last_round, left, strict=True)
-                    ]
-                ),
-                ROUND_SEED: torch.tensor(
-                    [round_seed(s.request.seed, s.step, resp.row, r) for s, resp in rows]
-                ),
-            },
-            {
-                PROMPT_IDS: [s.prompts[PROMPT_IDS][resp.row // n] for s, resp in rows],
-                RESPONSE_SO_FAR: [resp.tokens for _, resp in rows],
-            },
-        )
-        out = call(version, batch, in_flight[max(in_flight)].request)
-        versions = out.tensors[POLICY_VERSION].tolist()
-        stopped = out.tensors[STOPPED].tolist()
-        ended: dict[int, list[Response]] = {}
-        for i, (s, resp) in enumerate(rows):
-            resp.tokens += list(out[NEW_IDS][i])
-            resp.log_probs += list(out[NEW_LOG_PROBS][i])
-            resp.versions += [versions[i]] * len(out[NEW_IDS][i])
-            resp.stopped = stopped[i]
-            if resp.stopped or len(resp.tokens) >= budget:
-                resp.text = out[RESPONSE_TEXT][i]
-                ended.setdefault(s.step, []).append(resp)
-        for step, responses in ended.items():
-            prompts = in_flight[step].prompts
-            in_flight[step].session.submit(
-                [resp.row for resp in responses],
-                [
-                    reward_input(
-                        prompts[ABILITY][resp.row // n], resp.text or "", prompts[REWARD_MODEL][resp.row // n]
-                    )
-                    for resp in responses
-                ],
+        at most `tokens` tokens. Each response's result is applied as it arrives; one that ends is streamed into its
+        step's scoring session, and a step whose responses all ended is delivered. A round cut by a replica's death
+        is sampled again for the responses it had not returned."""
+        budget = self.cfg.rollout.max_response_length
+        request = self.in_flight[max(self.in_flight)].request
+        while True:
+            rows = [
+                (s, resp)
+                for s in self.in_flight.values()
+                for resp in s.unfinished()
+                if resp.rounds < r - s.step + 1
+            ]
+            if not rows:
+                return
+            batch = Batch(
+                {
+                    ROUND_BUDGET: torch.tensor(
+                        [
+                            budget - len(resp.tokens)
+                            if s.step + self.k <= r
+                            else min(self.tokens, budget - len(resp.tokens))
+                            for s, resp in rows
+                        ]
+                    ),
+                    ROUND_SEED: torch.tensor(
+                        [round_seed(s.request.seed, s.step, resp.row, r) for s, resp in rows]
+                    ),
+                },
+                {
+                    PROMPT_IDS: [s.prompts[PROMPT_IDS][resp.row // self.cfg.rollout.n] for s, resp in rows],
+                    RESPONSE_SO_FAR: [resp.tokens for _, resp in rows],
+                },
             )
+
+            def apply(_rank: int, results: list[dict[str, Any]], rows: list = rows) -> None:
+                for result in results:
+                    if result["row"] < len(rows):  # not one of the split's padding rows
+                        self._apply(*rows[result["row"]], result, deliver)
+
+            try:
+                call(version, batch, request, apply)
+                return
+            except ReplicaReplaced:
+                continue
+
+    def _apply(
+        self, s: StepRollout, resp: Response, result: dict[str, Any], deliver: Callable[[int, Sampled], None]
+    ) -> None:
+        """One response's round: its tokens, their version and log-probs; scored once final, and its step delivered
+        once every response of it is."""
+        resp.tokens += result[NEW_IDS]
+        resp.log_probs += result[NEW_LOG_PROBS]
+        resp.versions += [result[POLICY_VERSION]] * len(result[NEW_IDS])
+        resp.stopped, resp.rounds = result[STOPPED], resp.rounds + 1
+        if result[RESPONSE_TEXT] is None:
+            return
+        resp.text = result[RESPONSE_TEXT]
+        prompt = resp.row // self.cfg.rollout.n
+        s.session.submit(
+            [resp.row], [reward_input(s.prompts[ABILITY][prompt], resp.text, s.prompts[REWARD_MODEL][prompt])]
+        )
+        if not s.unfinished():
+            del self.in_flight[s.step]
+            self.seconds.hand_to(s.timer)
+            deliver(s.step, self._finish(s))
 
     def _finish(self, s: StepRollout) -> Sampled:
         """The step's Batch (the columns of a non-partial call, and `token_versions`), scored."""
@@ -216,6 +238,30 @@ class PartialRounds:
         )
         sampled.metrics = token_metrics(batch, s.step)
         return sampled
+
+
+@dataclass
+class _Seconds:
+    """The replicas' sampling and waiting seconds, handed to the next step delivered (its time/generate and
+    time/rollout_idle): over a run, every second of the rounds goes to one step."""
+
+    generate: float = 0.0
+    idle: float = 0.0
+    mark: float | None = None  # when the round in progress started, or its last step was delivered
+
+    def stop(self) -> None:
+        if self.mark is not None:
+            self.generate += time.perf_counter() - self.mark
+        self.mark = None
+
+    def hand_to(self, timer: PhaseTimer) -> None:
+        running = self.mark is not None
+        self.stop()
+        timer.add("generate", self.generate)
+        timer.add("rollout_idle", self.idle)
+        self.generate = self.idle = 0.0
+        if running:
+            self.mark = time.perf_counter()
 
 
 def token_metrics(batch: Batch, step: int) -> dict[str, float]:

@@ -196,36 +196,42 @@ class Separate:
             self.ready[step] = sampled
             self.cond.notify_all()
 
-    def _continue(self, version: int, rows: Batch, request: SamplingRequest) -> Batch:
-        """A partial rollout round on the replicas holding `version`; a replica's death restarts them and the round
-        is sampled again (its responses are updated, and their ends scored, only from a round that returned)."""
-        while True:
-            with self.replica_lock:
-                try:
-                    self._hold(version)
-                    self.in_flight = len(rows) // self.sampler.cfg.rollout.n
-                    return self.replicas.continue_responses(rows, request)
-                except WorkerError as e:
-                    self._replace(e)
-                finally:
-                    self.in_flight = 0
+    def _continue(
+        self, version: int, rows: Batch, request: SamplingRequest, on_results: Callable[[int, Any], None]
+    ) -> None:
+        """A partial rollout round on the replicas holding `version`, each response's result to `on_results` as it
+        comes; a replica's death restarts them and raises ReplicaReplaced (the round is sampled again for the
+        responses it had not returned)."""
+        groups = len(rows) // self.sampler.cfg.rollout.n
+        self._call(version, RolloutRole.continue_responses, on_results, rows, request, groups)
 
     def _stream(
         self, version: int, on_rows: Callable[[int, Any], None], prompts: Batch, request: SamplingRequest
     ) -> Batch:
-        """One rollout call on the replicas holding `version`; a replica's death restarts them and samples again
-        (the rows it streamed go with its scoring session: `StepSampler.round` opens a new one for the new call)."""
-        while True:
-            with self.replica_lock:
-                try:
-                    self._hold(version)
-                    self.in_flight = len(prompts)
-                    return self.replicas.stream(RolloutRole.stream_sequences, on_rows, prompts, request)
-                except WorkerError as e:
-                    self._replace(e)
-                    raise ReplicaReplaced(str(e)) from e
-                finally:
-                    self.in_flight = 0
+        """One rollout call on the replicas holding `version`; a replica's death restarts them and raises
+        ReplicaReplaced (the rows it streamed go with its scoring session: `StepSampler.round` opens a new one for
+        the new call)."""
+        return self._call(version, RolloutRole.stream_sequences, on_rows, prompts, request, len(prompts))
+
+    def _call(
+        self,
+        version: int,
+        method: Callable[..., Any],
+        on_item: Callable[[int, Any], None],
+        rows: Batch,
+        request: SamplingRequest,
+        groups: int,
+    ) -> Any:
+        with self.replica_lock:
+            try:
+                self._hold(version)
+                self.in_flight = groups
+                return self.replicas.stream(method, on_item, rows, request)
+            except WorkerError as e:
+                self._replace(e)
+                raise ReplicaReplaced(str(e)) from e
+            finally:
+                self.in_flight = 0
 
     def _replace(self, error: WorkerError) -> None:
         """Start new replicas in place of dead ones (the caller holds replica_lock); re-raise what a restart does

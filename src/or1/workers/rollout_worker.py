@@ -127,10 +127,14 @@ class RolloutRole:
         return self.rollout.pad_token_id
 
     @register(Dispatch.DP_COMPUTE)
-    def continue_responses(self, rows: Batch, request: SamplingRequest) -> Batch:
+    def continue_responses(
+        self, rows: Batch, request: SamplingRequest
+    ) -> Iterator[list[dict[str, Any]] | int]:
         """A partial rollout round (`or1.trainer.partial`): each row's response so far continued by at most its
-        round budget of tokens, from its own round seed, with the weights the engine holds (columns: `or1.hybrid.
-        columns`' round section; a row's text only once it is final: stopped, or at request.max_response_length)."""
+        round budget of tokens, from its own round seed, with the weights the engine holds. Yields each row's
+        result as the engine finishes it ({"row": its row in the round's whole batch, and the round section's
+        columns of `or1.hybrid.columns`; the response's text once final: stopped or at the budget}), then the
+        number of rows."""
         mine = list(
             zip(
                 [list(p) + list(r) for p, r in zip(rows[PROMPT_IDS], rows[RESPONSE_SO_FAR], strict=True)],
@@ -148,20 +152,31 @@ class RolloutRole:
             row_budgets=budgets,
             row_seeds=seeds,
         )
+        so_far = rows[RESPONSE_SO_FAR]
         with self._sampling_phase(request):
-            out = self.rollout.generate_ids(contexts, sampling)
-        new_ids, log_probs = out.responses[share], (out.log_probs or [])[share]
-        stopped = [not truncated for truncated in out.truncated[share]]
-        text = [
-            self.tokenizer.decode(list(so_far) + ids, skip_special_tokens=True)
-            if stop or len(so_far) + len(ids) >= request.max_response_length
-            else ""
-            for so_far, ids, stop in zip(rows[RESPONSE_SO_FAR], new_ids, stopped, strict=True)
-        ]
-        return Batch(
-            {STOPPED: torch.tensor(stopped), POLICY_VERSION: torch.full((len(rows),), self.policy_version)},
-            {NEW_IDS: new_ids, NEW_LOG_PROBS: log_probs, RESPONSE_TEXT: text},
-        )
+            for part in self.rollout.stream_ids(contexts, sampling):
+                done = []
+                for row in part:
+                    if not share.start <= row.index < share.stop:
+                        continue  # another rank's of the tensor-parallel group
+                    local = row.index - share.start
+                    response = list(so_far[local]) + row.response
+                    final = not row.truncated or len(response) >= request.max_response_length
+                    done.append(
+                        {
+                            "row": self.rank * len(rows) + local,
+                            NEW_IDS: row.response,
+                            NEW_LOG_PROBS: row.log_probs,
+                            STOPPED: not row.truncated,
+                            POLICY_VERSION: self.policy_version,
+                            RESPONSE_TEXT: self.tokenizer.decode(response, skip_special_tokens=True)
+                            if final
+                            else None,
+                        }
+                    )
+                if done:
+                    yield done
+        yield len(rows)
 
     def _sampling_params(self, request: SamplingRequest) -> SamplingParams:
         """The engine's sampling for `request` on this rank's tensor-parallel group (its seed is the group's)."""
