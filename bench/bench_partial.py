@@ -37,6 +37,14 @@ def settings(data: str) -> dict[str, list[str]]:
     return {"k=1": common, "k=1 partial": [*common, "rollout.partial=true"]}
 
 
+def phase_medians(run_dir: Path, warmup: int) -> str:
+    """The run's median seconds a step of the trainer waiting, the replica generating and the update."""
+    rows = [json.loads(line) for line in (run_dir / "stage1" / "metrics.jsonl").read_text().splitlines()]
+    rows = [r for r in rows if "time/step" in r][warmup:]
+    keys = ("time/trainer_idle", "time/generate", "time/update")
+    return ", ".join(f"{k[5:]} {statistics.median(r.get(k, 0.0) for r in rows):.2f} s" for k in keys)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
@@ -51,9 +59,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for name, overrides in settings(args.data).items():
-                steps = run(name, overrides, args, Path(tmp) / f"round{r}")
+                folder = Path(tmp) / f"round{r}"
+                steps = run(name, overrides, args, folder)
                 medians[name] = statistics.median(steps[args.warmup :])
-                print(f"round {r + 1} {name}: median {medians[name]:.2f} s/step", flush=True)
+                phases = phase_medians(folder / name.replace(" ", "_").replace("=", ""), args.warmup)
+                print(f"round {r + 1} {name}: median {medians[name]:.2f} s/step ({phases})", flush=True)
             ratios.append(medians["k=1"] / medians["k=1 partial"])
             print(f"round {r + 1}: partial / without {ratios[-1]:.2f}x steps/min", flush=True)
     result = statistics.median(ratios)

@@ -20,13 +20,17 @@ AVX-512), so the RL steps end in another model there. The base does not: it is s
 (built on each machine, an Intel Xeon's base read 24.0% here and its stage 1 gained +3.8). Stage 1 ends by its stop
 rule (stages/tiny.yaml: arithmetic validation 6 points over the base, read every 20 steps), so the check on stage 1
 holds by construction once the rule fires, and the test fails when it does not fire before step 100. Measured with
-`python tests/repro/spread.py` on an AVX2 AMD EPYC, torch's own kernels, arithmetic avg@16 and programs avg@8, in %:
+`python tests/repro/spread.py` on an AVX2 AMD EPYC and an Intel Xeon (AVX-512, AMX), torch's own kernels unless
+named, arithmetic avg@16 and programs avg@8, in %:
 
     CPU, kernel        seed  stage 1 ends  arithmetic: base  stage 1  stage 2  stage 3   programs: base  s1    s2    s3
-    AVX2, own          0     step 60                   50.6  59.0     61.6     63.8                14.6  17.4  26.3  30.0
-    AVX2, own          1     step 40                   50.7  57.3     60.0     62.9                15.9  18.1  23.0  26.5
-    AVX2, own          2     step 40                   51.2  58.0     60.0     60.4                14.6  17.1  25.5  27.9
-    AVX2, default      0     step 60                   50.6  59.0     61.6     63.6                14.6  17.4  26.2  29.4
+    AMD AVX2, own      0     step 60                   50.6  59.0     61.6     63.8                14.6  17.4  26.3  30.0
+    AMD AVX2, own      1     step 40                   50.7  57.3     60.0     62.9                15.9  18.1  23.0  26.5
+    AMD AVX2, own      2     step 40                   51.2  58.0     60.0     60.4                14.6  17.1  25.5  27.9
+    AMD AVX2, default  0     step 60                   50.6  59.0     61.6     63.6                14.6  17.4  26.2  29.4
+    Intel AVX-512, own 0     step 60                   50.6  59.0     61.6     63.9                14.6  17.4  26.2  29.4
+    Intel AVX-512, own 1     step 40                   50.7  57.3     60.0     62.0                15.9  18.1  22.6  26.1
+    Intel AVX-512, own 2     step 40                   51.2  58.0     60.0     60.4                14.6  17.1  25.5  27.9
 
 Before the stop rule (stage 1 at its 100 steps), eight runs over two AMD EPYC machines (with AVX-512: torch's own
 kernels with seeds 0-2, ATEN_CPU_CAPABILITY=avx2 and =default with seed 0; AVX2 only: its own kernels with seeds 0-1,
@@ -34,8 +38,9 @@ kernels with seeds 0-2, ATEN_CPU_CAPABILITY=avx2 and =default with seed 0; AVX2 
 programs +16.4 (+14.2) over the chain, stages 2-3 +6.5 (+4.55). The kernels part the runs only late (the seed-0 runs
 read the same through stage 2 on both machines; their gradients differ in the last digits), the seeds from the
 start: over the seeds the standard deviations were 0.8-1.6 points. The shorter stage 1 leaves the chain less: the
-margins, +5, +6.5 (it was +8 before the rule), +8 and +2 points, sit 1.6-4.6 points under the lowest run. No
-Intel Xeon run from the shipped base is in the table yet. A stage
+margins, +5, +6.5 (it was +8 before the rule), +8 and +2 points, sit 1.6-4.4 points under the lowest run (the
+Intel Xeon's seed 1: +6.6, +11.3, +10.2, +6.4). The Intel Xeon ends stage 1 at the AMD EPYC's steps and reads what
+it reads through stage 1 on every seed (seed 2 through stage 3). A stage
 that does not learn reads exactly the validation it started from (the same weights and seeds), so each check fails then: with actor.lr=1e-12 stage 1
 reads +0.0 and the test fails; with algorithm.online_filter=false the stage-start check fails. With the code rewards of
 training zeroed (OR1_REPRO_ZERO_CODE=1, seed 0) programs read 14.6% -> 15.4% (+0.8) while arithmetic still rose

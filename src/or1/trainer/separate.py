@@ -5,7 +5,9 @@ The separate schedule, with k = rollout.max_staleness: the batch of step s is sa
 s-1-k (version max(0, s-1-k)), so while the trainer trains step s the replicas sample step s+k. Every batch is
 sampled from a version fixed by its step, never by timing, so an asynchronous run is as reproducible as a
 synchronous one: its staleness is exactly min(k, s-1), never more, and no group ever waits past the bound (there is
-nothing to drop). The replicas swap weights between calls (a Ray actor runs one at a time), never inside one.
+nothing to drop). The replicas swap weights between calls (a Ray actor runs one at a time), never inside one. With
+rollout.partial a step's responses are sampled over several calls, rounds whose versions the schedule fixes too
+(`or1.trainer.partial`).
 """
 
 from __future__ import annotations
@@ -228,19 +230,14 @@ class Separate:
                 self.in_flight = groups
                 return self.replicas.stream(method, on_item, rows, request)
             except WorkerError as e:
-                self._replace(e)
+                if not e.died or self.stopping or not self.budget.allows():
+                    raise
+                self.budget.spend()
+                self.replicas.shutdown()
+                self.replicas, self.replica_version = self.start_replicas(), 0
                 raise ReplicaReplaced(str(e)) from e
             finally:
                 self.in_flight = 0
-
-    def _replace(self, error: WorkerError) -> None:
-        """Start new replicas in place of dead ones (the caller holds replica_lock); re-raise what a restart does
-        not answer."""
-        if not error.died or self.stopping or not self.budget.allows():
-            raise error
-        self.budget.spend()
-        self.replicas.shutdown()
-        self.replicas, self.replica_version = self.start_replicas(), 0
 
     def _hold(self, version: int) -> None:
         """The replicas on weights `version` (the caller holds replica_lock)."""
