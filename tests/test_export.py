@@ -100,12 +100,17 @@ def one_line_error(done: subprocess.CompletedProcess) -> str:
     return lines[0]
 
 
+@pytest.fixture(scope="module")
+def tied_run(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> Path:
+    """A run with a checkpoint of the tiny model (tied head), which the tests below export."""
+    return trained_run(tmp_path_factory.mktemp("tied"), tiny_model_dir)
+
+
 @pytest.mark.parametrize("head", ["tied", "untied"])
 def test_the_export_of_a_two_rank_fsdp_checkpoint_scores_the_actors_log_probs(
-    tmp_path: Path, tiny_model_dir: Path, head: str
+    tmp_path: Path, tiny_model_dir: Path, tied_run: Path, head: str
 ) -> None:
-    model = tiny_model_dir if head == "tied" else untied(tiny_model_dir, tmp_path / "untied")
-    run = trained_run(tmp_path, model)
+    run = tied_run if head == "tied" else trained_run(tmp_path, untied(tiny_model_dir, tmp_path / "untied"))
     out = tmp_path / "export"
     done = export(run, out)
     assert done.returncode == 0, done.stderr[-3000:]
@@ -125,15 +130,13 @@ def test_the_export_of_a_two_rank_fsdp_checkpoint_scores_the_actors_log_probs(
 
 
 @pytest.fixture(scope="module")
-def exported(tmp_path_factory: pytest.TempPathFactory, tiny_model_dir: Path) -> tuple[Path, Path]:
-    """A run with a checkpoint, and its export in bfloat16 in small shards (without vLLM: the test above loads
-    exports with it)."""
-    tmp = tmp_path_factory.mktemp("export")
-    run = trained_run(tmp, tiny_model_dir)
-    out = tmp / "bf16"
-    done = export(run, out, "--dtype", "bfloat16", "--shard-size", "0.002", "--no-vllm")
+def exported(tmp_path_factory: pytest.TempPathFactory, tied_run: Path) -> tuple[Path, Path]:
+    """The tied run and its export in bfloat16 in small shards (without vLLM: the test above loads exports with
+    it)."""
+    out = tmp_path_factory.mktemp("export") / "bf16"
+    done = export(tied_run, out, "--dtype", "bfloat16", "--shard-size", "0.002", "--no-vllm")
     assert done.returncode == 0, done.stderr[-3000:]
-    return run, out
+    return tied_run, out
 
 
 def test_a_bfloat16_export_in_shards_holds_its_dtype(exported: tuple[Path, Path]) -> None:
@@ -234,7 +237,10 @@ def test_ctrl_c_during_the_export_leaves_nothing_and_the_rerun_completes_it(
         time.sleep(0.01)
     proc.send_signal(signal.SIGINT)
     _, err = proc.communicate(timeout=120)
-    assert proc.returncode == 130, (proc.returncode, err[-2000:])
+    # 130, or the interpreter's own death by SIGINT after the CLI printed its line and asked for 130 (-2 here, 130 in
+    # a shell's $?): about 1 stop in 8 on an Intel Xeon, likely CPython 3.11's flag for an unhandled KeyboardInterrupt,
+    # which one raised while C code evaluates Python sets even when the CLI catches it
+    assert proc.returncode in (130, -signal.SIGINT), (proc.returncode, err[-2000:])
     assert "interrupted" in err
     assert not out.exists() and not partial.exists()
     done = export(run, out, "--no-vllm")
