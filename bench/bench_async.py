@@ -36,8 +36,8 @@ SETTINGS = {
 }
 
 
-def run(name: str, overrides: list[str], args: argparse.Namespace, folder: Path) -> list[float]:
-    """One `or1 train` of stage 1 under `overrides`: its steps' time/step."""
+def run(name: str, overrides: list[str], args: argparse.Namespace, folder: Path) -> list[dict]:
+    """One `or1 train` of stage 1 under `overrides`: its steps' records (each with time/step)."""
     run_dir = folder / name.replace(" ", "_").replace("=", "").replace(",", "")
     sets = [
         f"model.path={args.model}",
@@ -55,7 +55,7 @@ def run(name: str, overrides: list[str], args: argparse.Namespace, folder: Path)
     if done.returncode:
         sys.exit(f"{name} failed:\n{done.stderr[-3000:]}")
     rows = [json.loads(line) for line in (run_dir / "stage1" / "metrics.jsonl").read_text().splitlines()]
-    return [r["time/step"] for r in rows if "time/step" in r]
+    return [r for r in rows if "time/step" in r]
 
 
 def main() -> None:
@@ -72,7 +72,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for name, overrides in SETTINGS.items():
-                steps = run(name, overrides, args, Path(tmp) / f"round{r}")
+                steps = [rec["time/step"] for rec in run(name, overrides, args, Path(tmp) / f"round{r}")]
                 times[name] += steps[args.warmup :]
                 print(
                     f"round {r + 1} {name}: median {statistics.median(steps[args.warmup :]):.2f} s/step",

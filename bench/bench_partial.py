@@ -37,10 +37,8 @@ def settings(data: str) -> dict[str, list[str]]:
     return {"k=1": common, "k=1 partial": [*common, "rollout.partial=true"]}
 
 
-def phase_medians(run_dir: Path, warmup: int) -> str:
-    """The run's median seconds a step of the trainer waiting, the replica generating and the update."""
-    rows = [json.loads(line) for line in (run_dir / "stage1" / "metrics.jsonl").read_text().splitlines()]
-    rows = [r for r in rows if "time/step" in r][warmup:]
+def phase_medians(rows: list[dict]) -> str:
+    """Median seconds a step of the trainer waiting, the replica generating and the update."""
     keys = ("time/trainer_idle", "time/generate", "time/update")
     return ", ".join(f"{k[5:]} {statistics.median(r.get(k, 0.0) for r in rows):.2f} s" for k in keys)
 
@@ -59,11 +57,12 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
             for name, overrides in settings(args.data).items():
-                folder = Path(tmp) / f"round{r}"
-                steps = run(name, overrides, args, folder)
-                medians[name] = statistics.median(steps[args.warmup :])
-                phases = phase_medians(folder / name.replace(" ", "_").replace("=", ""), args.warmup)
-                print(f"round {r + 1} {name}: median {medians[name]:.2f} s/step ({phases})", flush=True)
+                steps = run(name, overrides, args, Path(tmp) / f"round{r}")[args.warmup :]
+                medians[name] = statistics.median(rec["time/step"] for rec in steps)
+                print(
+                    f"round {r + 1} {name}: median {medians[name]:.2f} s/step ({phase_medians(steps)})",
+                    flush=True,
+                )
             ratios.append(medians["k=1"] / medians["k=1 partial"])
             print(f"round {r + 1}: partial / without {ratios[-1]:.2f}x steps/min", flush=True)
     result = statistics.median(ratios)
