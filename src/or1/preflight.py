@@ -272,6 +272,11 @@ def check_device(cfg: RunConfig, ray_address: str | None = None) -> bool:
             "run it on a GPU node, join a GPU cluster with --ray-address, or use a CPU recipe such as "
             "stages/tiny.yaml"
         )
+    if cfg.rollout.weight_transfer_backend == "nccl" and not on_gpu:
+        raise UserError(
+            "rollout.weight_transfer_backend nccl sends the weights between GPUs, but this stage trains on the CPU "
+            "(trainer.device auto sees no CUDA); use --set rollout.weight_transfer_backend=gloo"
+        )
     return on_gpu
 
 

@@ -23,6 +23,7 @@ from or1.hybrid.batch import Batch
 from or1.hybrid.columns import POLICY_VERSION
 from or1.hybrid.worker_group import WorkerError
 from or1.layout import rollout_shard_file
+from or1.preflight import check_device
 from or1.trainer.separate import Separate as Pipelined
 from or1.trainer.step_log import PhaseTimer
 from or1.trainer.step_sampler import Sampled
@@ -180,6 +181,18 @@ def test_staleness_without_a_correction_is_refused():
     assert resolve("tiny", 1, ["model.path=unused", *forced]).rollout.max_staleness == 1
     with pytest.raises(UserError, match="placement separate"):
         resolve("tiny", 1, ["model.path=unused", "rollout.max_staleness=1", "rollout.allow_uncorrected=true"])
+
+
+def test_the_nccl_weight_route_is_refused_off_gpus_in_one_line():
+    separate = ["model.path=unused", "rollout.placement=separate", "rollout.weight_transfer_backend=nccl"]
+    with pytest.raises(UserError, match="trainer.device cuda"):
+        resolve("tiny", 1, separate)  # the tiny recipe trains on the CPU
+    with pytest.raises(UserError, match="weight_transfer collective"):
+        resolve("tiny", 1, [*separate, "trainer.device=cuda", "rollout.weight_transfer=object_store"])
+    auto = resolve("tiny", 1, [*separate, "trainer.device=auto"])
+    if not torch.cuda.is_available():
+        with pytest.raises(UserError, match="weight_transfer_backend=gloo"):
+            check_device(auto)
 
 
 # ---- through or1 train -------------------------------------------------------------------------------------------

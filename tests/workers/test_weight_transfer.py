@@ -1,5 +1,6 @@
 """The collective weight route (or1.workers.weight_transfer): two FSDP2 training ranks send their shards in buckets
-to a replica rank over gloo, and the replica puts together exactly the weights the object-store route gathers."""
+to a replica rank over gloo (over nccl on a node of two GPUs), and the replica puts together exactly the weights the
+object-store route gathers."""
 
 from __future__ import annotations
 
@@ -35,9 +36,11 @@ def test_buckets_hold_whole_tensors_in_order():
     assert [[s.name for s in g] for g in groups] == [["t0", "t1"], ["t2"], ["t3", "t4"]]
 
 
-def _rank(rank: int, init_file: str, model_dir: str, port: int, out: str) -> None:
-    """Ranks 0-1: FSDP2 training ranks (their gathered weights the object store's); rank 2: a replica."""
+def _rank(rank: int, init_file: str, model_dir: str, port: int, out: str, backend: str) -> None:
+    """Ranks 0-1: FSDP2 training ranks (their gathered weights the object store's); rank 2: a replica. With nccl the
+    training ranks send from GPU 0 (they never talk to each other over the group) and the replica receives on GPU 1."""
     torch.set_num_threads(1)
+    device = torch.device("cuda", 0 if rank < 2 else 1) if backend == "nccl" else None
     folder = Path(out)
     if rank < 2:
         from or1.engines.fsdp_actor import FSDPPolicyEngine
@@ -51,22 +54,35 @@ def _rank(rank: int, init_file: str, model_dir: str, port: int, out: str) -> Non
         if rank == 0:
             save_file(gathered, folder / "gathered.safetensors")
             (folder / "specs.pkl").write_bytes(pickle.dumps(specs))
-        group = transfer.WeightGroup("127.0.0.1", port, rank, 3, senders=2)
+        group = transfer.WeightGroup("127.0.0.1", port, rank, 3, senders=2, backend=backend, device=device)
         sent = group.send(specs, shards, BUCKET_BYTES)
         (folder / f"sent{rank}").write_text(str(sent))
     else:
-        group = transfer.WeightGroup("127.0.0.1", port, rank, 3, senders=2)
+        group = transfer.WeightGroup("127.0.0.1", port, rank, 3, senders=2, backend=backend, device=device)
         while not (folder / "specs.pkl").is_file():
             time.sleep(0.05)
         specs = pickle.loads((folder / "specs.pkl").read_bytes())
         save_file(group.receive(specs, BUCKET_BYTES), folder / "received.safetensors")
 
 
-def test_a_replica_receives_the_gathered_weights_bit_for_bit(tmp_path, tiny_model_dir):
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "gloo",
+        pytest.param(
+            "nccl",
+            marks=[
+                pytest.mark.gpu,
+                pytest.mark.skipif(torch.cuda.device_count() < 2, reason="nccl needs two GPUs: one a side"),
+            ],
+        ),
+    ],
+)
+def test_a_replica_receives_the_gathered_weights_bit_for_bit(tmp_path, tiny_model_dir, backend):
     with socket.socket() as s:
         s.bind(("", 0))
         port = s.getsockname()[1]
-    spawn_ranks(_rank, str(tmp_path / "init"), str(tiny_model_dir), port, str(tmp_path), nprocs=3)
+    spawn_ranks(_rank, str(tmp_path / "init"), str(tiny_model_dir), port, str(tmp_path), backend, nprocs=3)
     gathered, received = (
         load_file(tmp_path / "gathered.safetensors"),
         load_file(tmp_path / "received.safetensors"),

@@ -173,6 +173,12 @@ class RolloutConfig(Section):
     weight_bucket_mb: int = Field(
         256, ge=1, description="collective weight transfer: about this many MiB of the full model per bucket."
     )
+    weight_transfer_backend: Literal["gloo", "nccl"] = Field(
+        "gloo",
+        description="collective weight transfer: the group's backend. gloo sends the buckets from host memory "
+        "(CPU and GPU nodes); nccl copies each bucket to the rank's GPU and sends it GPU to GPU (GPU nodes only; "
+        "not yet run: it needs two GPUs, a training rank's and a replica's).",
+    )
     allow_uncorrected: bool = Field(
         False,
         description="Allow max_staleness > 0 without algorithm.rollout_correction (the sampler's log-probs as the "
@@ -671,6 +677,13 @@ class RunConfig(Section):
             raise ValueError(
                 "rollout.partial does not combine with algorithm.refill (a refill round's prompts are chosen from "
                 "the step's rewards, which partial rollout has only rounds later): turn one off"
+            )
+        if self.rollout.weight_transfer_backend == "nccl" and (
+            self.rollout.weight_transfer != "collective" or self.trainer.device == "cpu"
+        ):
+            raise ValueError(
+                "rollout.weight_transfer_backend nccl sends the collective route's buckets between GPUs: it needs "
+                "rollout.weight_transfer collective and trainer.device cuda (or auto on GPUs)"
             )
         correction = self.algorithm.rollout_correction
         corrected = correction.is_level != "off" or correction.rejection != "off"

@@ -149,7 +149,15 @@ class ActorRolloutRefWorker(RolloutRole, Worker):
     @register(Dispatch.ONE_TO_ALL)
     def join_weight_group(self, host: str, port: int, world: int) -> None:
         """Join the transfer group as its rank `self.rank` (called aside, with the replicas joining)."""
-        self.weight_group = transfer.WeightGroup(host, port, self.rank, world, self.world_size)
+        self.weight_group = transfer.WeightGroup(
+            host,
+            port,
+            self.rank,
+            world,
+            self.world_size,
+            self.cfg.rollout.weight_transfer_backend,
+            self.device,
+        )
 
     @register(Dispatch.ONE_TO_ALL)
     def send_weights(self, version: int, specs: list[transfer.TensorSpec], bucket_bytes: int) -> int:

@@ -233,7 +233,15 @@ class RolloutWorker(RolloutRole, Worker):
     def join_weight_group(self, host: str, port: int, world: int, senders: int) -> None:
         """Join the collective route's group after its `senders` training ranks (called aside); what was staged for
         an earlier group is dropped."""
-        self.weight_group = transfer.WeightGroup(host, port, senders + self.rank, world, senders)
+        self.weight_group = transfer.WeightGroup(
+            host,
+            port,
+            senders + self.rank,
+            world,
+            senders,
+            self.cfg.rollout.weight_transfer_backend,
+            self.device,
+        )
         with self.staged_lock:
             self.staged.clear()
 

@@ -9,12 +9,17 @@ in rank order, FSDP2's Shard(0) split) and stages them under the version until t
 process ever holds the full model to send it (the object-store route gathers it on every rank and copies it through
 Ray's store), and the transfer runs in the ranks' aside thread while the trainer trains the next step.
 
-The group is gloo on the CPU and on GPUs alike: the snapshots are on the host, and a replica's engine loads from its
-host copy as it does from Ray's store.
+The group's backend is rollout.weight_transfer_backend: gloo (the default, CPU and GPU nodes alike) sends the host
+snapshots' buckets over TCP; nccl copies each bucket to the rank's GPU and sends it GPU to GPU (on a side stream, so
+the training thread's kernels do not wait on it), and the replica moves the full tensors back to its host to stage
+them. Only the backend and the buckets' device differ; nccl has not yet run (a node of one GPU cannot hold two NCCL
+ranks), gloo is what the tests run. Either way a replica's engine loads from its host copy as it does from Ray's
+store.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -109,12 +114,45 @@ def rank_part(bucket: list[TensorSpec], rank: int) -> int:
 
 
 class WeightGroup:
-    """This process's place in the transfer group: `senders` training ranks first, then the replica ranks."""
+    """This process's place in the transfer group: `senders` training ranks first, then the replica ranks; buckets
+    move over `backend` (gloo: from host memory; nccl: from `device`, this process's GPU, named because the group
+    is joined and used from threads whose current CUDA device is not set)."""
 
-    def __init__(self, host: str, port: int, rank: int, world: int, senders: int) -> None:
+    def __init__(
+        self,
+        host: str,
+        port: int,
+        rank: int,
+        world: int,
+        senders: int,
+        backend: str = "gloo",
+        device: torch.device | None = None,
+    ) -> None:
         self.rank, self.world, self.senders = rank, world, senders
         self.store = dist.TCPStore(host, port, world, is_master=rank == 0, timeout=TIMEOUT)
-        self.group = dist.ProcessGroupGloo(dist.PrefixStore("or1-weights", self.store), rank, world, TIMEOUT)
+        prefixed = dist.PrefixStore("or1-weights", self.store)
+        self.stream = None
+        if backend == "nccl":
+            if device is None or device.type != "cuda":
+                raise ValueError(f"the nccl weight group needs this process's CUDA device, not {device}")
+            self.device = device
+            self.stream = torch.cuda.Stream(device)
+            options = dist.ProcessGroupNCCL.Options()
+            options._timeout = TIMEOUT
+            self.group = dist.ProcessGroupNCCL(prefixed, rank, world, options)
+        else:
+            self.device = torch.device("cpu")
+            self.group = dist.ProcessGroupGloo(prefixed, rank, world, TIMEOUT)
+
+    @contextlib.contextmanager
+    def _on_device(self) -> Iterator[None]:
+        """The buckets' copies and transfers on this group's side stream (nccl), done when the block ends."""
+        if self.stream is None:
+            yield
+            return
+        with torch.cuda.stream(self.stream):
+            yield
+        self.stream.synchronize()
 
     def send(self, specs: list[TensorSpec], shards: dict[str, torch.Tensor], bucket_bytes: int) -> int:
         """Send this training rank's part of every bucket to every replica rank; the bytes sent to each."""
@@ -123,10 +161,11 @@ class WeightGroup:
             parts = [shards[s.name].reshape(-1).view(torch.uint8) for s in bucket if shards[s.name].numel()]
             if not parts:
                 continue
-            flat = torch.cat(parts)
-            works = [self.group.send([flat], dst, tag) for dst in range(self.senders, self.world)]
-            for work in works:
-                work.wait()
+            with self._on_device():
+                flat = torch.cat(parts).to(self.device)
+                works = [self.group.send([flat], dst, tag) for dst in range(self.senders, self.world)]
+                for work in works:
+                    work.wait()
             sent += flat.numel()
         return sent
 
@@ -134,24 +173,28 @@ class WeightGroup:
         """Every training rank's part of every bucket, put together into full tensors."""
         full: dict[str, torch.Tensor] = {}
         for tag, bucket in enumerate(buckets(specs, bucket_bytes)):
-            parts = {
-                r: torch.empty(n, dtype=torch.uint8)
-                for r in range(self.senders)
-                if (n := rank_part(bucket, r))
-            }
-            works = [self.group.recv([buffer], r, tag) for r, buffer in parts.items()]
-            for work in works:
-                work.wait()
-            offsets = dict.fromkeys(parts, 0)
-            for spec in bucket:
-                pieces = []
-                for r, buffer in parts.items():
-                    n = spec.rows[r] * spec.row_bytes
-                    pieces.append(
-                        buffer[offsets[r] : offsets[r] + n].view(spec.dtype).view(-1, *spec.shape[1:])
-                    )
-                    offsets[r] += n
-                full[spec.name] = torch.cat(pieces) if len(pieces) > 1 else pieces[0].clone()
+            with self._on_device():
+                parts = {
+                    r: torch.empty(n, dtype=torch.uint8, device=self.device)
+                    for r in range(self.senders)
+                    if (n := rank_part(bucket, r))
+                }
+                works = [self.group.recv([buffer], r, tag) for r, buffer in parts.items()]
+                for work in works:
+                    work.wait()
+                offsets = dict.fromkeys(parts, 0)
+                for spec in bucket:
+                    pieces = []
+                    for r, buffer in parts.items():
+                        n = spec.rows[r] * spec.row_bytes
+                        pieces.append(
+                            buffer[offsets[r] : offsets[r] + n].view(spec.dtype).view(-1, *spec.shape[1:])
+                        )
+                        offsets[r] += n
+                    whole = (
+                        torch.cat(pieces) if len(pieces) > 1 else pieces[0].clone()
+                    )  # not a view of the bucket
+                    full[spec.name] = whole.cpu()  # staged on the host, whatever the backend
         return full
 
 
