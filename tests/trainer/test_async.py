@@ -305,17 +305,9 @@ def rollout_stream_pid(root: int) -> int | None:
     return None
 
 
-def test_a_replica_killed_mid_generation_is_replaced_with_no_group_lost_or_counted_twice(
-    tmp_path, uninterrupted, tiny_model_dir, tiny_data_dir
-):
-    run_dir = tmp_path / "killed"
-    proc = subprocess.Popen(
-        command(run_dir, tiny_model_dir, tiny_data_dir, "never"),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        env=ENV,
-    )
+def run_killing_a_sampling_replica(cmd: list[str], run_dir: Path) -> None:
+    """Run `cmd` and SIGKILL a rollout replica while it samples, once step 1 is logged; the run must end well."""
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=ENV)
     killed = threading.Event()
 
     def kill_a_sampling_replica() -> None:
@@ -335,10 +327,17 @@ def test_a_replica_killed_mid_generation_is_replaced_with_no_group_lost_or_count
 
     watcher = threading.Thread(target=kill_a_sampling_replica)
     watcher.start()
-    out, err = proc.communicate(timeout=600)
+    _, err = proc.communicate(timeout=600)
     watcher.join()
     assert proc.returncode == 0, err[-3000:]
     assert killed.is_set(), "no replica was caught sampling"
+
+
+def test_a_replica_killed_mid_generation_is_replaced_with_no_group_lost_or_counted_twice(
+    tmp_path, uninterrupted, tiny_model_dir, tiny_data_dir
+):
+    run_dir = tmp_path / "killed"
+    run_killing_a_sampling_replica(command(run_dir, tiny_model_dir, tiny_data_dir, "never"), run_dir)
     last = json.loads((run_dir / "stage1" / "metrics.jsonl").read_text().splitlines()[-1])
     assert last["async/replica_restarts"] == 1
     assert same_trajectory(run_dir) == same_trajectory(uninterrupted)

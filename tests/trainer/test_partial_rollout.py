@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from test_async import STEPS, FakeActor, command, run, same_trajectory
+from test_async import STEPS, FakeActor, command, run, run_killing_a_sampling_replica, same_trajectory
 
 from or1.algos.rollout_correction import CorrectionSettings, correct
 from or1.config.recipe import resolve
@@ -335,5 +335,21 @@ def test_resume_mid_partial_response_ends_where_the_uninterrupted_run_ends(
         3,
     )
     run([*command(run_dir, tiny_model_dir, tiny_data_dir, "auto"), *PARTIAL])
+    assert same_trajectory(run_dir) == same_trajectory(uninterrupted)
+    assert_same_weights(weights(run_dir / "stage1" / "final"), weights(uninterrupted / "stage1" / "final"))
+
+
+def test_a_replica_killed_mid_round_is_replaced_and_the_run_ends_as_the_uninterrupted_one(
+    tmp_path, uninterrupted, tiny_model_dir, tiny_data_dir
+):
+    """A replica dies in a round after step 1 (one step's unfinished responses and the next step's new ones in
+    flight): the round is sampled again for the responses it had not returned, and the run ends on the same metrics
+    and weights."""
+    run_dir = tmp_path / "killed"
+    run_killing_a_sampling_replica(
+        [*command(run_dir, tiny_model_dir, tiny_data_dir, "never"), *PARTIAL], run_dir
+    )
+    last = json.loads((run_dir / "stage1" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["async/replica_restarts"] == 1
     assert same_trajectory(run_dir) == same_trajectory(uninterrupted)
     assert_same_weights(weights(run_dir / "stage1" / "final"), weights(uninterrupted / "stage1" / "final"))
