@@ -3,6 +3,7 @@
 Usage (from the repository root, after `or1 init-model --preset tiny --out tiny/model`):
     .venv/bin/or1 prepare-data --spec bench/long_tail.yaml --out tiny/long-tail
     .venv/bin/python bench/bench_partial.py [--data tiny/long-tail] [--steps 30] [--warmup 5] [--rounds 3]
+        [--partial-tokens N]
 
 Both settings are stage 1 of stages/tiny.yaml on the separate placement (one rollout replica process and one trainer
 process, one core each), k = 1 with token TIS, a 64-token budget, on bench/long_tail.yaml's prompts (most answered in
@@ -26,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from bench_async import SEPARATE, TIS, run  # noqa: E402
 
 
-def settings(data: str) -> dict[str, list[str]]:
+def settings(data: str, partial_tokens: int | None) -> dict[str, list[str]]:
     common = [
         *SEPARATE,
         *TIS,
@@ -34,7 +35,11 @@ def settings(data: str) -> dict[str, list[str]]:
         "rollout.max_response_length=64",
         f"data.train_files=[{data}/train.parquet]",
     ]
-    return {"k=1": common, "k=1 partial": [*common, "rollout.partial=true"]}
+    partial = [
+        "rollout.partial=true",
+        *([f"rollout.partial_tokens={partial_tokens}"] if partial_tokens else []),
+    ]
+    return {"k=1": common, "k=1 partial": [*common, *partial]}
 
 
 def phase_medians(rows: list[dict]) -> str:
@@ -52,11 +57,16 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=30, help="steps timed per run, after the warm-up")
     parser.add_argument("--warmup", type=int, default=5, help="first steps of each run left out")
     parser.add_argument("--rounds", type=int, default=3, help="runs of each setting, taking turns")
+    parser.add_argument(
+        "--partial-tokens",
+        type=int,
+        help="rollout.partial_tokens (default: the recipe's, 32 for this budget)",
+    )
     args = parser.parse_args()
     ratios, medians = [], {}
     with tempfile.TemporaryDirectory() as tmp:
         for r in range(args.rounds):
-            for name, overrides in settings(args.data).items():
+            for name, overrides in settings(args.data, args.partial_tokens).items():
                 steps = run(name, overrides, args, Path(tmp) / f"round{r}")[args.warmup :]
                 medians[name] = statistics.median(rec["time/step"] for rec in steps)
                 print(
