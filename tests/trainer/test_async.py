@@ -278,18 +278,22 @@ def test_each_rate_divides_by_the_devices_that_did_its_work(uninterrupted):
         assert r["perf/tokens_per_s_per_device"] == pytest.approx(r["perf/tokens_per_s"] / 3)
 
 
-def test_resume_in_async_mode_ends_where_the_uninterrupted_run_ends(
+def test_resume_in_async_mode_with_a_replica_killed_ends_where_the_uninterrupted_run_ends(
     tmp_path, uninterrupted, tiny_model_dir, tiny_data_dir
 ):
     """Killed while writing step 3's checkpoint, resumed from step 2: the replicas sample step 3 again with the
-    weights after step 1 (kept in the checkpoint), and the run ends on the same metrics and weights."""
+    weights after step 1 (kept in the checkpoint). In the resumed run a replica is killed while it samples: it is
+    replaced and sent the version it needs again, no group is lost or counted twice, and the run ends on the same
+    metrics and weights."""
     run_dir = tmp_path / "resumed"
     kill_while_writing(
         command(run_dir, tiny_model_dir, tiny_data_dir, "never"), run_dir / "stage1" / "checkpoints", 3
     )
     # the weights after step 1, which step 3 samples with: the training rank's snapshot of its shard
     assert (run_dir / "stage1" / "checkpoints" / "step_2" / rollout_shard_file(1, 0, 1)).is_file()
-    run(command(run_dir, tiny_model_dir, tiny_data_dir, "auto"))
+    run_killing_a_sampling_replica(command(run_dir, tiny_model_dir, tiny_data_dir, "auto"), run_dir)
+    last = json.loads((run_dir / "stage1" / "metrics.jsonl").read_text().splitlines()[-1])
+    assert last["async/replica_restarts"] == 1
     assert same_trajectory(run_dir) == same_trajectory(uninterrupted)
     assert_same_weights(weights(run_dir / "stage1" / "final"), weights(uninterrupted / "stage1" / "final"))
 
@@ -331,17 +335,6 @@ def run_killing_a_sampling_replica(cmd: list[str], run_dir: Path) -> None:
     watcher.join()
     assert proc.returncode == 0, err[-3000:]
     assert killed.is_set(), "no replica was caught sampling"
-
-
-def test_a_replica_killed_mid_generation_is_replaced_with_no_group_lost_or_counted_twice(
-    tmp_path, uninterrupted, tiny_model_dir, tiny_data_dir
-):
-    run_dir = tmp_path / "killed"
-    run_killing_a_sampling_replica(command(run_dir, tiny_model_dir, tiny_data_dir, "never"), run_dir)
-    last = json.loads((run_dir / "stage1" / "metrics.jsonl").read_text().splitlines()[-1])
-    assert last["async/replica_restarts"] == 1
-    assert same_trajectory(run_dir) == same_trajectory(uninterrupted)
-    assert_same_weights(weights(run_dir / "stage1" / "final"), weights(uninterrupted / "stage1" / "final"))
 
 
 def test_a_resume_without_the_older_versions_samples_the_newest_instead_of_waiting():
