@@ -327,9 +327,10 @@ def test_resume_mid_partial_response_with_a_replica_killed_ends_where_the_uninte
     tmp_path, uninterrupted, tiny_model_dir, tiny_data_dir
 ):
     """Killed while writing step 3's checkpoint (the rounds the replicas ran ahead, their responses partly sampled,
-    die with it), resumed from step 2: rounds start again at 3. In the resumed run a replica dies in a round (one
-    step's unfinished responses and the next step's new ones in flight): the round is sampled again for the responses
-    it had not returned, and the run ends on the same metrics and weights."""
+    die with it), resumed from step 2: rounds start again at 3. In the resumed run a replica dies in a round (most
+    likely the first): it is replaced and sent the older version the round samples with, the round is sampled again
+    for the responses it had not returned, and the run ends on the same metrics and weights. A death in a round that
+    holds two steps' responses is checked against fake replicas above."""
     run_dir = tmp_path / "resumed"
     kill_while_writing(
         [*command(run_dir, tiny_model_dir, tiny_data_dir, "never"), *PARTIAL],
