@@ -11,8 +11,8 @@ Ray's store), and the transfer runs in the ranks' aside thread while the trainer
 
 The group's backend is rollout.weight_transfer_backend: gloo (the default, CPU and GPU nodes alike) sends the host
 snapshots' buckets over TCP; nccl copies each bucket to the rank's GPU and sends it GPU to GPU (on a side stream, so
-the training thread's kernels do not wait on it), and the replica moves the full tensors back to its host to stage
-them. Only the backend and the buckets' device differ; nccl has not yet run (a node of one GPU cannot hold two NCCL
+the training thread's kernels do not wait on it), and the replica copies each bucket it receives to its host and
+puts the full tensors together there. Only the backend and the buckets' device differ; nccl has not yet run (a node of one GPU cannot hold two NCCL
 ranks), gloo is what the tests run. Either way a replica's engine loads from its host copy as it does from Ray's
 store.
 """
@@ -174,27 +174,25 @@ class WeightGroup:
         full: dict[str, torch.Tensor] = {}
         for tag, bucket in enumerate(buckets(specs, bucket_bytes)):
             with self._on_device():
-                parts = {
+                buffers = {
                     r: torch.empty(n, dtype=torch.uint8, device=self.device)
                     for r in range(self.senders)
                     if (n := rank_part(bucket, r))
                 }
-                works = [self.group.recv([buffer], r, tag) for r, buffer in parts.items()]
+                works = [self.group.recv([buffer], r, tag) for r, buffer in buffers.items()]
                 for work in works:
                     work.wait()
-                offsets = dict.fromkeys(parts, 0)
-                for spec in bucket:
-                    pieces = []
-                    for r, buffer in parts.items():
-                        n = spec.rows[r] * spec.row_bytes
-                        pieces.append(
-                            buffer[offsets[r] : offsets[r] + n].view(spec.dtype).view(-1, *spec.shape[1:])
-                        )
-                        offsets[r] += n
-                    whole = (
-                        torch.cat(pieces) if len(pieces) > 1 else pieces[0].clone()
-                    )  # not a view of the bucket
-                    full[spec.name] = whole.cpu()  # staged on the host, whatever the backend
+                parts = {r: buffer.cpu() for r, buffer in buffers.items()}  # staged on the host (gloo: these)
+            offsets = dict.fromkeys(parts, 0)
+            for spec in bucket:
+                pieces = []
+                for r, buffer in parts.items():
+                    n = spec.rows[r] * spec.row_bytes
+                    pieces.append(
+                        buffer[offsets[r] : offsets[r] + n].view(spec.dtype).view(-1, *spec.shape[1:])
+                    )
+                    offsets[r] += n
+                full[spec.name] = torch.cat(pieces) if len(pieces) > 1 else pieces[0].clone()
         return full
 
 
